@@ -1,0 +1,730 @@
+//! Configuration: the TOML image (`RawConfig`, a faithful serde mirror with spans) validated into
+//! `Config` (typed, defaults resolved, secrets read, no `Option` left where a value is needed).
+//!
+//! Every error names the key path and line and says what was expected. The environment is read
+//! through an injected [`Env`], so tests never touch the process environment.
+
+mod raw;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use reqwest::Url;
+
+pub use raw::RawConfig;
+use raw::{RawDuration, RawGateway, RawUpstream, Sp};
+
+/// Where `*_env` keys and `~` are resolved. `Process` in production, `Map` in tests.
+#[derive(Debug, Clone)]
+pub enum Env {
+    Process,
+    Map(HashMap<String, String>),
+}
+
+impl Env {
+    pub fn from_pairs<const N: usize>(pairs: [(&str, &str); N]) -> Self {
+        Self::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        match self {
+            Self::Process => std::env::var(name).ok(),
+            Self::Map(map) => map.get(name).cloned(),
+        }
+    }
+}
+
+/// A secret value: never printed, never serialised.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub gateway: GatewayConfig,
+    pub upstreams: Vec<UpstreamConfig>,
+    pub rag: RagConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub host: String,
+    pub port: u16,
+    /// The MCP endpoint path, e.g. `/mcp`.
+    pub path: String,
+    pub auth: InboundAuth,
+    pub separator: String,
+    pub prefix_mode: PrefixMode,
+    /// Extra allowed `Origin` values (loopback origins are always allowed), lower-cased.
+    pub allowed_origins: Vec<String>,
+    /// Extra allowed `Host` names besides loopback and the bind host, lower-cased.
+    pub allowed_hosts: Vec<String>,
+    pub manifest_ttl: Duration,
+    pub max_body_bytes: usize,
+    pub max_response_bytes: usize,
+    pub session_idle_timeout: Duration,
+    pub max_sessions: usize,
+    /// How long a request waits for the first catalog at cold start before answering with what
+    /// has loaded so far.
+    pub cold_start_wait: Duration,
+    pub instructions: Option<String>,
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboundAuth {
+    Disabled { allow_remote: bool },
+    Bearer { env: String, token: Secret },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixMode {
+    Always,
+    /// Prefix only when more than one upstream is configured.
+    Conditional,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub namespace: String,
+    pub url: Url,
+    pub auth: UpstreamAuth,
+    pub origin: Option<HeaderValue>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub tls_verify: bool,
+    pub ca_bundle: Option<PathBuf>,
+    pub timeout: Duration,
+    pub ping_interval: Duration,
+    pub probe_interval: Duration,
+    pub pin: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamAuth {
+    None,
+    Bearer {
+        env: String,
+        token: Secret,
+    },
+    /// Re-read on every (re)connect and after a 401: external tools renew it.
+    TokenFile(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct RagConfig {
+    pub enabled: bool,
+    pub persist_dir: Option<PathBuf>,
+}
+
+/// One problem in a config file, located by key path and line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}: {}", self.path, self.message),
+            None => write!(f, "{}: {}", self.path, self.message),
+        }
+    }
+}
+
+/// All problems found in one file (validation does not stop at the first).
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigErrors {
+    pub file: Option<PathBuf>,
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.as_deref().map(Path::display);
+        let n = self.errors.len();
+        match file {
+            Some(file) => writeln!(f, "invalid configuration {file} ({n} problem(s)):")?,
+            None => writeln!(f, "invalid configuration ({n} problem(s)):")?,
+        }
+        for e in &self.errors {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+pub const DEFAULT_SEPARATOR: &str = "__";
+/// Gatehouse's own tools live here; no upstream may take it.
+pub const RESERVED_NAMESPACE: &str = "gateway";
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path, env: &Env) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+            file: Some(path.to_path_buf()),
+            errors: vec![ConfigError {
+                path: "(file)".into(),
+                line: None,
+                message: format!("cannot read the file: {e}"),
+            }],
+        })?;
+        Self::parse(&text, env).map_err(|mut e| {
+            e.file = Some(path.to_path_buf());
+            e
+        })
+    }
+
+    pub fn parse(text: &str, env: &Env) -> Result<Config, ConfigErrors> {
+        let raw = RawConfig::parse(text).map_err(|e| ConfigErrors {
+            file: None,
+            errors: vec![e],
+        })?;
+        let mut v = Validator {
+            text,
+            env,
+            errors: Vec::new(),
+        };
+        let config = v.config(raw);
+        if v.errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors {
+                file: None,
+                errors: v.errors,
+            })
+        }
+    }
+
+    /// Whether exposed names carry the namespace prefix.
+    pub fn prefixed(&self) -> bool {
+        match self.gateway.prefix_mode {
+            PrefixMode::Always => true,
+            PrefixMode::Conditional => self.upstreams.len() > 1,
+            PrefixMode::Never => false,
+        }
+    }
+}
+
+/// Collects errors while building the typed config, so one run reports every problem.
+struct Validator<'a> {
+    text: &'a str,
+    env: &'a Env,
+    errors: Vec<ConfigError>,
+}
+
+impl Validator<'_> {
+    fn error(
+        &mut self,
+        path: impl Into<String>,
+        span: Option<Range<usize>>,
+        message: impl Into<String>,
+    ) {
+        let line = span.map(|s| line_of(self.text, s.start));
+        self.errors.push(ConfigError {
+            path: path.into(),
+            line,
+            message: message.into(),
+        });
+    }
+
+    fn config(&mut self, raw: RawConfig) -> Config {
+        let gateway = self.gateway(raw.gateway.unwrap_or_default());
+        let upstreams = self.upstreams(raw.upstreams.unwrap_or_default(), &gateway.separator);
+        if gateway.prefix_mode == PrefixMode::Never && upstreams.len() > 1 {
+            tracing::info!(
+                "prefix_mode = \"never\" with {} upstreams: a tool name offered by two upstreams is \
+                 reported as a collision when the catalog loads",
+                upstreams.len()
+            );
+        }
+        let rag = raw.rag.unwrap_or_default();
+        let rag = RagConfig {
+            enabled: rag.enabled.unwrap_or(true),
+            persist_dir: rag.persist_dir.map(|p| self.expand_home(&p)),
+        };
+        Config {
+            gateway,
+            upstreams,
+            rag,
+        }
+    }
+
+    fn gateway(&mut self, g: RawGateway) -> GatewayConfig {
+        let host = g.host.map_or_else(|| "127.0.0.1".to_string(), |h| h.value);
+        let path = match g.path {
+            Some(p) if !p.value.starts_with('/') || p.value.contains(['?', '#', ' ']) => {
+                self.error(
+                    "gateway.path",
+                    Some(p.span),
+                    "expected an absolute path such as \"/mcp\"",
+                );
+                p.value
+            }
+            Some(p) => p.value,
+            None => "/mcp".into(),
+        };
+
+        let separator = match g.separator {
+            Some(s)
+                if s.value.is_empty()
+                    || s.value.len() > 3
+                    || !s.value.chars().all(|c| matches!(c, '.' | '_' | '-')) =>
+            {
+                self.error(
+                    "gateway.separator",
+                    Some(s.span),
+                    format!(
+                        "expected 1-3 characters from '.', '_', '-' (\"__\" or \".\"), got {:?}",
+                        s.value
+                    ),
+                );
+                DEFAULT_SEPARATOR.into()
+            }
+            Some(s) => s.value,
+            None => DEFAULT_SEPARATOR.into(),
+        };
+
+        let auth_disabled = g.auth_disabled.unwrap_or(false);
+        let allow_remote = g.allow_unauthenticated_remote.unwrap_or(false);
+        let auth = match (g.bearer_token_env, auth_disabled) {
+            (_, true) => {
+                if !allow_remote && !is_loopback_host(&host) {
+                    self.error(
+                        "gateway.auth_disabled",
+                        None,
+                        format!(
+                            "auth_disabled = true refuses to bind the non-loopback host {host:?}; bind \
+                             127.0.0.1, configure bearer_token_env, or set allow_unauthenticated_remote = true"
+                        ),
+                    );
+                }
+                InboundAuth::Disabled { allow_remote }
+            }
+            (Some(env), false) => match self.secret_env("gateway.bearer_token_env", &env) {
+                Some(token) => InboundAuth::Bearer {
+                    env: env.value,
+                    token,
+                },
+                None => InboundAuth::Disabled {
+                    allow_remote: false,
+                },
+            },
+            (None, false) => {
+                self.error(
+                    "gateway",
+                    None,
+                    "no inbound authentication configured: set bearer_token_env = \"NAME\" (a variable \
+                     holding the token) or auth_disabled = true (local development only)",
+                );
+                InboundAuth::Disabled {
+                    allow_remote: false,
+                }
+            }
+        };
+
+        let lower_list = |items: Option<Vec<Sp<String>>>| -> Vec<String> {
+            items
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| o.value.trim_end_matches('/').to_ascii_lowercase())
+                .collect()
+        };
+        let allowed_origins = lower_list(g.allowed_origins);
+        let allowed_hosts = lower_list(g.allowed_hosts);
+
+        GatewayConfig {
+            port: g.port.unwrap_or(8090),
+            path,
+            auth,
+            separator,
+            prefix_mode: g.prefix_mode.unwrap_or(PrefixMode::Always),
+            allowed_origins,
+            allowed_hosts,
+            manifest_ttl: self.duration(
+                "gateway.manifest_ttl",
+                g.manifest_ttl,
+                Duration::from_secs(30),
+            ),
+            max_body_bytes: g.max_body_bytes.unwrap_or(4 * 1024 * 1024),
+            max_response_bytes: g.max_response_bytes.unwrap_or(16 * 1024 * 1024),
+            session_idle_timeout: self.duration(
+                "gateway.session_idle_timeout",
+                g.session_idle_timeout,
+                Duration::from_secs(30 * 60),
+            ),
+            max_sessions: g.max_sessions.unwrap_or(10_000),
+            cold_start_wait: self.duration(
+                "gateway.cold_start_wait",
+                g.cold_start_wait,
+                Duration::from_secs(10),
+            ),
+            instructions: g.instructions,
+            log_format: g.log_format.unwrap_or(LogFormat::Text),
+            host,
+        }
+    }
+
+    fn upstreams(&mut self, raw: Vec<RawUpstream>, separator: &str) -> Vec<UpstreamConfig> {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, u) in raw.into_iter().enumerate() {
+            let at = format!("upstreams[{i}]");
+            let ns = &u.namespace;
+            if let Some(rule) = namespace_problem(&ns.value, separator) {
+                self.error(format!("{at}.namespace"), Some(ns.span.clone()), rule);
+            } else if let Some(first) = seen.insert(ns.value.clone(), i) {
+                self.error(
+                    format!("{at}.namespace"),
+                    Some(ns.span.clone()),
+                    format!(
+                        "duplicate namespace {:?} (already used by upstreams[{first}])",
+                        ns.value
+                    ),
+                );
+            }
+            if let Some(config) = self.upstream(&at, u) {
+                out.push(config);
+            }
+        }
+        out
+    }
+
+    fn upstream(&mut self, at: &str, u: RawUpstream) -> Option<UpstreamConfig> {
+        if let Some(true) = u.use_sse.as_ref().map(|s| s.value) {
+            let span = u.use_sse.as_ref().map(|s| s.span.clone());
+            self.error(
+                format!("{at}.use_sse"),
+                span,
+                "the legacy HTTP+SSE upstream transport is not available in this build; use a Streamable \
+                 HTTP url",
+            );
+        }
+        let url = match u.url {
+            None => {
+                self.error(
+                    format!("{at}.url"),
+                    Some(u.namespace.span.clone()),
+                    "required: the upstream's MCP endpoint URL",
+                );
+                None
+            }
+            Some(url) => match Url::parse(&url.value) {
+                Ok(parsed)
+                    if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() =>
+                {
+                    Some(parsed)
+                }
+                _ => {
+                    self.error(
+                        format!("{at}.url"),
+                        Some(url.span),
+                        format!("expected an absolute http(s) URL, got {:?}", url.value),
+                    );
+                    None
+                }
+            },
+        };
+
+        let auth = match (u.bearer_token_env, u.token_file) {
+            (Some(env), Some(file)) => {
+                self.error(
+                    format!("{at}.token_file"),
+                    Some(file.span),
+                    format!(
+                        "set either bearer_token_env ({:?}) or token_file, not both",
+                        env.value
+                    ),
+                );
+                UpstreamAuth::None
+            }
+            (Some(env), None) => match self.secret_env(&format!("{at}.bearer_token_env"), &env) {
+                Some(token) => UpstreamAuth::Bearer {
+                    env: env.value,
+                    token,
+                },
+                None => UpstreamAuth::None,
+            },
+            (None, Some(file)) => UpstreamAuth::TokenFile(self.expand_home(&file.value)),
+            (None, None) => UpstreamAuth::None,
+        };
+
+        let origin = u
+            .origin
+            .and_then(|o| match HeaderValue::from_str(&o.value) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    self.error(
+                        format!("{at}.origin"),
+                        Some(o.span),
+                        "expected a value usable as an HTTP header",
+                    );
+                    None
+                }
+            });
+        let headers = self.headers(at, u.headers.unwrap_or_default());
+
+        let ca_bundle = u.ca_bundle_env.and_then(|name| {
+            let value = self.env.get(&name.value);
+            if value.is_none() {
+                self.error(
+                    format!("{at}.ca_bundle_env"),
+                    Some(name.span),
+                    format!(
+                        "environment variable {:?} is not set (it should hold a CA bundle path)",
+                        name.value
+                    ),
+                );
+            }
+            value.map(PathBuf::from)
+        });
+
+        let config = UpstreamConfig {
+            namespace: u.namespace.value,
+            url: url?,
+            auth,
+            origin,
+            headers,
+            tls_verify: u.tls_verify.unwrap_or(true),
+            ca_bundle,
+            timeout: self.duration(&format!("{at}.timeout"), u.timeout, Duration::from_secs(30)),
+            ping_interval: self.duration(
+                &format!("{at}.ping_interval"),
+                u.ping_interval,
+                Duration::from_secs(45),
+            ),
+            probe_interval: self.duration(
+                &format!("{at}.probe_interval"),
+                u.probe_interval,
+                Duration::from_secs(12 * 60),
+            ),
+            pin: u.pin.unwrap_or_default(),
+        };
+        Some(config)
+    }
+
+    fn headers(
+        &mut self,
+        at: &str,
+        raw: BTreeMap<String, Sp<String>>,
+    ) -> Vec<(HeaderName, HeaderValue)> {
+        // Headers the gateway derives per hop; a static value would break sessions or leak auth.
+        const RESERVED: [&str; 6] = [
+            "mcp-session-id",
+            "mcp-protocol-version",
+            "mcp-method",
+            "mcp-name",
+            "content-type",
+            "accept",
+        ];
+        let mut out = Vec::new();
+        for (name, value) in raw {
+            let path = format!("{at}.headers.{name}");
+            let parsed_name = HeaderName::from_bytes(name.as_bytes());
+            let parsed_value = HeaderValue::from_str(&value.value);
+            match (parsed_name, parsed_value) {
+                (Ok(n), _) if RESERVED.contains(&n.as_str()) => {
+                    self.error(
+                        path,
+                        Some(value.span),
+                        "this header is set by the gateway itself",
+                    );
+                }
+                (Ok(n), Ok(v)) => out.push((n, v)),
+                (Err(_), _) => self.error(path, Some(value.span), "not a valid HTTP header name"),
+                (_, Err(_)) => self.error(path, Some(value.span), "not a valid HTTP header value"),
+            }
+        }
+        out
+    }
+
+    fn secret_env(&mut self, path: &str, name: &Sp<String>) -> Option<Secret> {
+        match self.env.get(&name.value) {
+            Some(v) if !v.trim().is_empty() => Some(Secret(v.trim().to_string())),
+            Some(_) => {
+                self.error(
+                    path,
+                    Some(name.span.clone()),
+                    format!("environment variable {:?} is empty", name.value),
+                );
+                None
+            }
+            None => {
+                self.error(
+                    path,
+                    Some(name.span.clone()),
+                    format!("environment variable {:?} is not set", name.value),
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(
+        &mut self,
+        path: &str,
+        raw: Option<Sp<RawDuration>>,
+        default: Duration,
+    ) -> Duration {
+        let Some(raw) = raw else { return default };
+        match raw.value.to_duration() {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                self.error(path, Some(raw.span), "must be greater than zero");
+                default
+            }
+            Err(rule) => {
+                self.error(path, Some(raw.span), rule);
+                default
+            }
+        }
+    }
+
+    fn expand_home(&self, path: &str) -> PathBuf {
+        match (path.strip_prefix("~/"), self.env.get("HOME")) {
+            (Some(rest), Some(home)) => Path::new(&home).join(rest),
+            _ => PathBuf::from(path),
+        }
+    }
+}
+
+fn namespace_problem(ns: &str, separator: &str) -> Option<String> {
+    if ns.is_empty() || ns.len() > 48 {
+        return Some("expected 1-48 characters".into());
+    }
+    if !ns
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Some(format!(
+            "expected only letters, digits, '_' and '-', got {ns:?}"
+        ));
+    }
+    if ns.contains(separator) {
+        return Some(format!(
+            "namespace {ns:?} contains the separator {separator:?}; rename it or change gateway.separator"
+        ));
+    }
+    if ns == RESERVED_NAMESPACE {
+        return Some(format!(
+            "namespace {RESERVED_NAMESPACE:?} is reserved for Gatehouse's own tools"
+        ));
+    }
+    None
+}
+
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The resolved plan `gatehouse check` prints: what would run, with secrets named, not shown.
+pub fn plan(config: &Config, path: &Path) -> String {
+    use std::fmt::Write as _;
+    let g = &config.gateway;
+    let mut out = String::new();
+    let _ = writeln!(out, "config: {} (valid)", path.display());
+    let _ = writeln!(out, "listen: http://{}:{}{}", g.host, g.port, g.path);
+    let auth = match &g.auth {
+        InboundAuth::Disabled { .. } => {
+            "disabled (auth_disabled = true; local development only)".to_string()
+        }
+        InboundAuth::Bearer { env, .. } => format!("bearer token from ${env}"),
+    };
+    let _ = writeln!(out, "auth: {auth}");
+    let mode = match g.prefix_mode {
+        PrefixMode::Always => "always",
+        PrefixMode::Conditional => "conditional",
+        PrefixMode::Never => "never",
+    };
+    let _ = writeln!(
+        out,
+        "names: prefix_mode = {mode} ({}), separator {:?}",
+        if config.prefixed() {
+            "prefixed"
+        } else {
+            "bare"
+        },
+        g.separator
+    );
+    let _ = writeln!(out, "catalog refresh: every {:?}", g.manifest_ttl);
+    let _ = writeln!(out, "upstreams ({}):", config.upstreams.len());
+    for u in &config.upstreams {
+        let auth = match &u.auth {
+            UpstreamAuth::None => "no credential".to_string(),
+            UpstreamAuth::Bearer { env, .. } => format!("bearer from ${env}"),
+            UpstreamAuth::TokenFile(p) => format!("token file {}", p.display()),
+        };
+        let mut url = u.url.clone();
+        let _ = url.set_password(None);
+        let _ = url.set_username("");
+        let _ = writeln!(
+            out,
+            "  - {:<12} streamable-http {}  ({auth}; timeout {:?}{})",
+            u.namespace,
+            url,
+            u.timeout,
+            if u.tls_verify {
+                ""
+            } else {
+                "; TLS NOT VERIFIED"
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "search index: {}",
+        if config.rag.enabled {
+            "enabled"
+        } else {
+            "disabled"
+        }
+    );
+    out
+}

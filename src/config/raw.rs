@@ -1,0 +1,172 @@
+//! The serde image of the TOML file: every key the file may hold, unknown keys rejected, spans
+//! kept on values that later validation may complain about.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::{ConfigError, LogFormat, PrefixMode};
+
+/// A value with its byte span in the file, for error lines.
+#[derive(Debug, Clone)]
+pub struct Sp<T> {
+    pub value: T,
+    pub span: Range<usize>,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sp<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let spanned = toml::Spanned::<T>::deserialize(d)?;
+        Ok(Sp {
+            span: spanned.span(),
+            value: spanned.into_inner(),
+        })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub gateway: Option<RawGateway>,
+    pub upstreams: Option<Vec<RawUpstream>>,
+    /// `[ranking]` is the newer name; `[rag]` is what routing-seed configs say.
+    #[serde(alias = "ranking")]
+    pub rag: Option<RawRag>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGateway {
+    pub host: Option<Sp<String>>,
+    pub port: Option<u16>,
+    pub path: Option<Sp<String>>,
+    pub bearer_token_env: Option<Sp<String>>,
+    pub auth_disabled: Option<bool>,
+    pub allow_unauthenticated_remote: Option<bool>,
+    pub separator: Option<Sp<String>>,
+    pub prefix_mode: Option<PrefixMode>,
+    pub allowed_origins: Option<Vec<Sp<String>>>,
+    pub allowed_hosts: Option<Vec<Sp<String>>>,
+    pub manifest_ttl: Option<Sp<RawDuration>>,
+    pub max_body_bytes: Option<usize>,
+    pub max_response_bytes: Option<usize>,
+    pub session_idle_timeout: Option<Sp<RawDuration>>,
+    pub max_sessions: Option<usize>,
+    pub cold_start_wait: Option<Sp<RawDuration>>,
+    pub instructions: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub namespace: Sp<String>,
+    pub url: Option<Sp<String>>,
+    pub use_sse: Option<Sp<bool>>,
+    pub bearer_token_env: Option<Sp<String>>,
+    pub token_file: Option<Sp<String>>,
+    pub origin: Option<Sp<String>>,
+    pub tls_verify: Option<bool>,
+    pub ca_bundle_env: Option<Sp<String>>,
+    pub headers: Option<BTreeMap<String, Sp<String>>>,
+    pub timeout: Option<Sp<RawDuration>>,
+    pub ping_interval: Option<Sp<RawDuration>>,
+    pub probe_interval: Option<Sp<RawDuration>>,
+    pub pin: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRag {
+    pub enabled: Option<bool>,
+    pub persist_dir: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for PrefixMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "always" => Ok(Self::Always),
+            "conditional" => Ok(Self::Conditional),
+            "never" => Ok(Self::Never),
+            other => Err(serde::de::Error::custom(format!(
+                "expected \"always\", \"conditional\" or \"never\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LogFormat {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => Err(serde::de::Error::custom(format!(
+                "expected \"text\" or \"json\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// `"30s"`, `"12m"`, `"500ms"`, `"1h"`, or a bare integer meaning seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+impl RawDuration {
+    pub fn to_duration(&self) -> Result<Duration, String> {
+        let text = match self {
+            Self::Seconds(s) => return Ok(Duration::from_secs(*s)),
+            Self::Text(t) => t.trim(),
+        };
+        let split = text
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let expected = || {
+            format!(
+                "expected a duration such as \"500ms\", \"30s\", \"12m\" or \"1h\", got {text:?}"
+            )
+        };
+        let number: f64 = number.parse().map_err(|_| expected())?;
+        let scale = match unit.trim() {
+            "ms" => 0.001,
+            "s" | "" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            _ => return Err(expected()),
+        };
+        Duration::try_from_secs_f64(number * scale).map_err(|_| expected())
+    }
+}
+
+impl RawConfig {
+    /// Parses TOML, reporting the failing key path (`upstreams[1].url`) and line.
+    pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
+        let de = toml::de::Deserializer::parse(text)
+            .map_err(|e| toml_error(text, "(file)".into(), &e))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." {
+                "(top level)".into()
+            } else {
+                path
+            };
+            toml_error(text, path, e.inner())
+        })
+    }
+}
+
+fn toml_error(text: &str, path: String, e: &toml::de::Error) -> ConfigError {
+    let line = e.span().map(|s| super::line_of(text, s.start));
+    ConfigError {
+        path,
+        line,
+        message: e.message().trim().to_string(),
+    }
+}

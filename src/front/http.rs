@@ -1,0 +1,663 @@
+//! Streamable HTTP for agents: `POST/GET/DELETE` on the MCP path, both eras on one endpoint.
+//!
+//! Every request passes, in this order: Origin and Host (DNS-rebinding defence — before
+//! anything else, so a hostile page learns nothing), authentication, media types, the body
+//! limit, then the body-first era classifier (digest §5):
+//! initialize → legacy; `_meta` protocol version → 2026-07-28; a 2026-07-28 header without the
+//! envelope → 400; anything else → legacy session.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::get;
+use base64::Engine;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt, stream};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::session::Session;
+use super::{Answer, Ctx, Era, Front};
+use crate::config::is_loopback_host;
+use crate::error::{FieldError, GatewayError, WireEra};
+use crate::pipeline::Principal;
+use crate::protocol::jsonrpc::{self, Incoming, Message, Request, parse_params};
+use crate::protocol::{ProtocolVersion, header as mcp_header, meta, sse};
+
+pub fn router(front: Arc<Front>) -> Router {
+    let path = front.settings.path.clone();
+    Router::new()
+        .route(&path, get(mcp_get).post(mcp_post).delete(mcp_delete))
+        .route("/healthz", get(super::ops::healthz))
+        .route("/readyz", get(super::ops::readyz))
+        .route("/metrics", get(super::ops::metrics))
+        .with_state(front)
+}
+
+async fn mcp_post(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
+    let principal = match front.admit(&headers) {
+        Ok(principal) => principal,
+        Err(e) => return front.reject(&e),
+    };
+    if !is_json(&headers) {
+        return front.reject(&GatewayError::UnsupportedMediaType);
+    }
+    if !accepts(&headers, "application/json") || !accepts(&headers, "text/event-stream") {
+        return front.reject(&GatewayError::NotAcceptable(
+            "both application/json and text/event-stream",
+        ));
+    }
+    let bytes = match axum::body::to_bytes(body, front.settings.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => return front.reject(&GatewayError::PayloadTooLarge),
+    };
+    let incoming = match jsonrpc::parse_body(&bytes) {
+        Ok(incoming) => incoming,
+        Err(rejected) => {
+            return front.reject_with_id(
+                WireEra::Legacy,
+                rejected.id.as_ref().map(|id| id.raw()),
+                &rejected.error,
+            );
+        }
+    };
+    match incoming {
+        Incoming::Single(Message::Request(req)) if req.method == "initialize" => {
+            front.initialize(principal, req)
+        }
+        Incoming::Single(Message::Request(req)) if modern_envelope(&req).is_some() => {
+            front.modern(&headers, principal, req).await
+        }
+        other => front.legacy(&headers, principal, other).await,
+    }
+}
+
+/// GET opens the session's server-to-client stream (legacy only; 2026-07-28 has no GET).
+async fn mcp_get(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    let principal = match front.admit(&headers) {
+        Ok(principal) => principal,
+        Err(e) => return front.reject(&e),
+    };
+    if !accepts(&headers, "text/event-stream") {
+        return front.reject(&GatewayError::NotAcceptable("text/event-stream"));
+    }
+    let session = match front.session(&headers, &principal) {
+        Ok(session) => session,
+        Err(e) => return front.reject(&e),
+    };
+    let (stream_id, rx) = session.open_stream();
+    let priming = stream::once(async move { sse::priming_event(&format!("{stream_id}-0"), 3000) });
+    let messages = tokio_stream_from(rx);
+    sse_response(
+        StatusCode::OK,
+        with_keep_alive(priming.chain(messages), front.settings.keep_alive),
+        None,
+    )
+}
+
+async fn mcp_delete(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    let principal = match front.admit(&headers) {
+        Ok(principal) => principal,
+        Err(e) => return front.reject(&e),
+    };
+    match front.session(&headers, &principal) {
+        Ok(session) => {
+            front.sessions.remove(&session.id);
+            tracing::debug!(session = %&session.id[..8], "session ended by client");
+            Response::builder()
+                .status(StatusCode::OK)
+                .body(Body::empty())
+                .expect("static response")
+        }
+        Err(e) => front.reject(&e),
+    }
+}
+
+/// The `_meta` envelope of a 2026-07-28 request (only the keys the classifier needs).
+#[derive(Deserialize)]
+struct EnvelopeProbe {
+    #[serde(rename = "_meta", default)]
+    meta: Option<EnvelopeMeta>,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeMeta {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", default)]
+    version: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default)]
+    capabilities: Option<Value>,
+}
+
+fn modern_envelope(req: &Request) -> Option<EnvelopeMeta> {
+    let params = req.params.as_deref()?;
+    let probe: EnvelopeProbe = serde_json::from_str(params.get()).ok()?;
+    probe.meta.filter(|m| m.version.is_some())
+}
+
+impl Front {
+    /// Origin/Host, then authentication. Applied to every MCP request, whatever its verb.
+    fn admit(&self, headers: &HeaderMap) -> Result<Principal, GatewayError> {
+        if let Some(allowed) = &self.settings.allowed_hosts {
+            if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+                let name = host_name(host).to_ascii_lowercase();
+                if !is_loopback_host(&name) && !allowed.contains(&name) {
+                    return Err(GatewayError::HostForbidden);
+                }
+            }
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            if !origin_allowed(origin, &self.settings.allowed_origins) {
+                return Err(GatewayError::OriginForbidden);
+            }
+        }
+        self.auth.authenticate(
+            headers
+                .get(header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes),
+        )
+    }
+
+    fn session(
+        &self,
+        headers: &HeaderMap,
+        principal: &Principal,
+    ) -> Result<Arc<Session>, GatewayError> {
+        let id = headers
+            .get(mcp_header::SESSION_ID)
+            .ok_or(GatewayError::SessionRequired)?;
+        let id = id.to_str().map_err(|_| GatewayError::SessionNotFound)?;
+        self.sessions
+            .get(id, principal)
+            .ok_or(GatewayError::SessionNotFound)
+    }
+
+    fn initialize(&self, principal: Principal, req: Request) -> Response {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct InitializeParams {
+            protocol_version: String,
+            #[serde(default)]
+            capabilities: Value,
+        }
+        let params: InitializeParams = match parse_params(req.params.as_deref()) {
+            Ok(p) => p,
+            Err(e) => {
+                self.metrics.count_request("initialize", e.class());
+                return self.reject_with_id(WireEra::Legacy, Some(req.id.raw()), &e);
+            }
+        };
+        // Legacy negotiation: the same version if we speak it, else our latest legacy one —
+        // including for 2026-07-28, which has no initialize.
+        let version = ProtocolVersion::negotiate_legacy(&params.protocol_version);
+        let session = self
+            .sessions
+            .insert(Session::new(version, principal, params.capabilities));
+        tracing::debug!(session = %&session.id[..8], version = %version, "session started");
+        self.metrics.count_request("initialize", "ok");
+        let result = jsonrpc::raw(&self.initialize_result(version));
+        let mut response =
+            json_response(StatusCode::OK, jsonrpc::result_bytes(req.id.raw(), &result));
+        if let Ok(v) = HeaderValue::from_str(&session.id) {
+            response.headers_mut().insert(mcp_header::SESSION_ID, v);
+        }
+        response
+    }
+
+    async fn legacy(
+        &self,
+        headers: &HeaderMap,
+        principal: Principal,
+        incoming: Incoming,
+    ) -> Response {
+        let header_version = headers
+            .get(mcp_header::PROTOCOL_VERSION)
+            .map(|v| v.to_str().unwrap_or("?"));
+        if header_version == Some(ProtocolVersion::MODERN.as_str()) {
+            let e = GatewayError::InvalidParams(FieldError {
+                path: "params._meta".into(),
+                rule: format!(
+                    "a 2026-07-28 request must carry {:?} in params._meta",
+                    meta::PROTOCOL_VERSION
+                ),
+            });
+            return self.reject_with_id(WireEra::Modern, None, &e);
+        }
+        let session = match self.session(headers, &principal) {
+            Ok(session) => session,
+            Err(e) => return self.reject(&e),
+        };
+        if let Some(v) = header_version {
+            if ProtocolVersion::parse(v).is_none_or(ProtocolVersion::is_modern) {
+                return self.reject(&GatewayError::UnsupportedProtocolVersion {
+                    requested: v.to_string(),
+                });
+            }
+        }
+        let ctx = Ctx {
+            era: Era::Legacy(session.version),
+            principal,
+            session: Some(session.clone()),
+        };
+        match incoming {
+            Incoming::Single(Message::Request(req)) => {
+                let wants_stream = progress_token(&req).is_some();
+                let answer = self.answer(&ctx, req).await;
+                if wants_stream && answer.status == StatusCode::OK {
+                    // Progress-tracked calls answer on an SSE stream: the place where progress
+                    // notifications travel before the response.
+                    let frame = sse::message_event(None, &answer.body);
+                    return sse_response(StatusCode::OK, stream::once(async move { frame }), None);
+                }
+                json_response(answer.status, answer.body)
+            }
+            Incoming::Single(Message::Notification(n)) => {
+                self.on_notification(&ctx, &n.method);
+                accepted()
+            }
+            // Answers to server-to-client requests: nothing is pending on this hop yet.
+            Incoming::Single(Message::Response(_)) => accepted(),
+            Incoming::Batch(items) => {
+                if !session.version.allows_batches() {
+                    return self.reject(&GatewayError::BatchNotSupported(session.version));
+                }
+                self.batch(&ctx, items).await
+            }
+        }
+    }
+
+    /// 2025-03-26 batches: each member answered, notifications and responses silently taken.
+    async fn batch(&self, ctx: &Ctx, items: Vec<Result<Message, jsonrpc::Rejected>>) -> Response {
+        let mut answers: Vec<Vec<u8>> = Vec::new();
+        for item in items {
+            match item {
+                Ok(Message::Request(req)) if req.method == "initialize" => {
+                    let e = GatewayError::InvalidRequest("initialize must not be part of a batch");
+                    answers.push(
+                        self.error_answer(WireEra::Legacy, Some(req.id.raw()), &e)
+                            .body,
+                    );
+                }
+                Ok(Message::Request(req)) => answers.push(self.answer(ctx, req).await.body),
+                Ok(Message::Notification(n)) => self.on_notification(ctx, &n.method),
+                Ok(Message::Response(_)) => {}
+                Err(rejected) => {
+                    let id = rejected.id.as_ref().map(|id| id.raw());
+                    answers.push(self.error_answer(WireEra::Legacy, id, &rejected.error).body);
+                }
+            }
+        }
+        if answers.is_empty() {
+            return accepted();
+        }
+        let mut body = b"[".to_vec();
+        body.extend(answers.join(&b","[..]));
+        body.push(b']');
+        json_response(StatusCode::OK, body)
+    }
+
+    fn on_notification(&self, ctx: &Ctx, method: &str) {
+        self.metrics.count_request(method, "ok");
+        if method == "notifications/initialized" {
+            if let Some(session) = &ctx.session {
+                session.mark_initialized();
+            }
+        }
+    }
+
+    /// 2026-07-28: validated in the digest's order — envelope, headers, version, method.
+    async fn modern(&self, headers: &HeaderMap, principal: Principal, req: Request) -> Response {
+        if let Err(e) = check_modern(headers, &req) {
+            self.metrics.count_request(&req.method, e.class());
+            return self.reject_with_id(WireEra::Modern, Some(req.id.raw()), &e);
+        }
+        let ctx = Ctx {
+            era: Era::Modern,
+            principal,
+            session: None,
+        };
+        if req.method == "subscriptions/listen" {
+            return self.listen(req);
+        }
+        let Answer { status, body } = self.answer(&ctx, req).await;
+        json_response(status, body)
+    }
+
+    /// `subscriptions/listen`: an SSE stream that acknowledges first, then carries the
+    /// list-changed notifications the client asked for, tagged with its subscription id.
+    fn listen(&self, req: Request) -> Response {
+        #[derive(Deserialize, Default, Clone, Copy)]
+        #[serde(rename_all = "camelCase")]
+        struct Wanted {
+            #[serde(default)]
+            tools_list_changed: bool,
+            #[serde(default)]
+            resources_list_changed: bool,
+            #[serde(default)]
+            prompts_list_changed: bool,
+        }
+        #[derive(Deserialize)]
+        struct ListenParams {
+            #[serde(default)]
+            notifications: Wanted,
+        }
+        let wanted = match parse_params::<ListenParams>(req.params.as_deref()) {
+            Ok(p) => p.notifications,
+            Err(e) => return self.reject_with_id(WireEra::Modern, Some(req.id.raw()), &e),
+        };
+        self.metrics.count_request("subscriptions/listen", "ok");
+        let id: Value = req.id.to_value();
+        let tag = json!({ meta::SUBSCRIPTION_ID: id });
+        let mut accepted = serde_json::Map::new();
+        for (key, on) in [
+            ("toolsListChanged", wanted.tools_list_changed),
+            ("resourcesListChanged", wanted.resources_list_changed),
+            ("promptsListChanged", wanted.prompts_list_changed),
+        ] {
+            if on {
+                accepted.insert(key.into(), json!(true));
+            }
+        }
+        let ack = jsonrpc::notification_bytes(
+            "notifications/subscriptions/acknowledged",
+            &json!({ "_meta": tag, "notifications": accepted }),
+        );
+        let ack = stream::once(async move { sse::message_event(None, &ack) });
+
+        let mut catalog = self.catalog.subscribe();
+        let last = catalog.borrow_and_update().view_hashes;
+        let changes = stream::unfold((catalog, last), move |(mut catalog, mut last)| {
+            let tag = tag.clone();
+            async move {
+                loop {
+                    catalog.changed().await.ok()?;
+                    let now = catalog.borrow_and_update().view_hashes;
+                    let mut frames = Vec::new();
+                    for (changed, on, method) in [
+                        (
+                            now.tools != last.tools,
+                            wanted.tools_list_changed,
+                            "notifications/tools/list_changed",
+                        ),
+                        (
+                            now.resources != last.resources,
+                            wanted.resources_list_changed,
+                            "notifications/resources/list_changed",
+                        ),
+                        (
+                            now.prompts != last.prompts,
+                            wanted.prompts_list_changed,
+                            "notifications/prompts/list_changed",
+                        ),
+                    ] {
+                        if changed && on {
+                            let body =
+                                jsonrpc::notification_bytes(method, &json!({ "_meta": tag }));
+                            frames.push(sse::message_event(None, &body));
+                        }
+                    }
+                    last = now;
+                    if !frames.is_empty() {
+                        return Some((stream::iter(frames), (catalog, last)));
+                    }
+                }
+            }
+        })
+        .flatten();
+        sse_response(
+            StatusCode::OK,
+            with_keep_alive(ack.chain(changes), self.settings.keep_alive),
+            None,
+        )
+    }
+
+    fn reject(&self, e: &GatewayError) -> Response {
+        self.reject_with_id(WireEra::Legacy, None, e)
+    }
+
+    fn reject_with_id(&self, era: WireEra, id: Option<&RawValue>, e: &GatewayError) -> Response {
+        let Answer { status, body } = self.error_answer(era, id, e);
+        let mut response = json_response(status, body);
+        if matches!(e, GatewayError::Unauthenticated) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"gatehouse\""),
+            );
+        }
+        response
+    }
+}
+
+fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), GatewayError> {
+    let envelope =
+        modern_envelope(req).ok_or(GatewayError::InvalidRequest("missing _meta envelope"))?;
+    let version = envelope
+        .version
+        .as_ref()
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            GatewayError::InvalidParams(FieldError {
+                path: format!("params._meta.{}", meta::PROTOCOL_VERSION),
+                rule: "expected a string".into(),
+            })
+        })?;
+    if !envelope.capabilities.as_ref().is_some_and(Value::is_object) {
+        return Err(GatewayError::InvalidParams(FieldError {
+            path: format!("params._meta.{}", meta::CLIENT_CAPABILITIES),
+            rule: "required: an object".into(),
+        }));
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if header(mcp_header::PROTOCOL_VERSION) != Some(version) {
+        return Err(GatewayError::HeaderMismatch("MCP-Protocol-Version"));
+    }
+    if !ProtocolVersion::parse(version).is_some_and(ProtocolVersion::is_modern) {
+        return Err(GatewayError::UnsupportedProtocolVersion {
+            requested: version.to_string(),
+        });
+    }
+    if header(mcp_header::METHOD) != Some(req.method.as_str()) {
+        return Err(GatewayError::HeaderMismatch("Mcp-Method"));
+    }
+    let name_key = match req.method.as_str() {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    };
+    if let Some(key) = name_key {
+        let body_value: Option<String> = req
+            .params
+            .as_deref()
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .and_then(|p| p.get(key).and_then(Value::as_str).map(str::to_string));
+        let header_value = header(mcp_header::NAME).map(decode_header_value);
+        if let Some(body_value) = body_value {
+            if header_value.as_deref() != Some(body_value.as_str()) {
+                return Err(GatewayError::HeaderMismatch("Mcp-Name"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `=?base64?…?=` carries values that are not plain visible ASCII.
+fn decode_header_value(value: &str) -> String {
+    value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| value.to_string())
+}
+
+fn progress_token(req: &Request) -> Option<Value> {
+    let params: Value = serde_json::from_str(req.params.as_deref()?.get()).ok()?;
+    params.get("_meta")?.get("progressToken").cloned()
+}
+
+/// `host[:port]` → `host` (IPv6 literals keep their brackets).
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
+}
+
+/// Loopback origins always; anything else only if listed in `allowed_origins`.
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+    if allowed.iter().any(|a| *a == origin) {
+        return true;
+    }
+    match origin.split_once("://") {
+        Some(("http" | "https", rest)) => is_loopback_host(host_name(rest)),
+        _ => false,
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+        })
+}
+
+/// Whether `Accept` admits `mime` (`*/*` and `type/*` count). A missing header admits all.
+fn accepts(headers: &HeaderMap, mime: &str) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let family = mime.split('/').next().unwrap_or("");
+    accept
+        .split(',')
+        .map(|part| part.split(';').next().unwrap_or("").trim())
+        .any(|m| {
+            m == "*/*"
+                || m.eq_ignore_ascii_case(mime)
+                || m.strip_suffix("/*")
+                    .is_some_and(|f| f.eq_ignore_ascii_case(family))
+        })
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .expect("static response parts")
+}
+
+fn accepted() -> Response {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(Body::empty())
+        .expect("static response parts")
+}
+
+fn sse_response(
+    status: StatusCode,
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    session: Option<&str>,
+) -> Response {
+    let mut builder = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no");
+    if let Some(session) = session {
+        builder = builder.header(mcp_header::SESSION_ID, session);
+    }
+    builder
+        .body(Body::from_stream(frames.map(Ok::<Bytes, Infallible>)))
+        .expect("static response parts")
+}
+
+/// Interleaves SSE comment frames so idle proxies keep the connection open.
+fn with_keep_alive(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    every: std::time::Duration,
+) -> impl Stream<Item = Bytes> + Send + 'static {
+    let ticks = stream::unfold(
+        tokio::time::interval_at(tokio::time::Instant::now() + every, every),
+        |mut interval| async move {
+            interval.tick().await;
+            Some((sse::keep_alive(), interval))
+        },
+    );
+    // Ends when the message stream ends, not when the (infinite) ticker would.
+    let frames = frames.map(Some).chain(stream::once(async { None }));
+    stream::select(frames, ticks.map(Some))
+        .take_while(|f| std::future::ready(f.is_some()))
+        .filter_map(std::future::ready)
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Bytes>,
+) -> impl Stream<Item = Bytes> + Send + 'static {
+    stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins_pass_and_others_need_listing() {
+        let allowed = vec!["https://app.example.com".to_string()];
+        for ok in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8443",
+            "https://app.example.com/",
+        ] {
+            assert!(origin_allowed(ok, &allowed), "{ok}");
+        }
+        for bad in [
+            "http://evil.example.com",
+            "null",
+            "http://localhost.evil.com",
+            "file://localhost",
+        ] {
+            assert!(!origin_allowed(bad, &allowed), "{bad}");
+        }
+    }
+
+    #[test]
+    fn host_names_lose_their_port() {
+        assert_eq!(host_name("localhost:8090"), "localhost");
+        assert_eq!(host_name("[::1]:8090"), "[::1]");
+        assert_eq!(host_name("example.com"), "example.com");
+    }
+
+    #[test]
+    fn accept_header_matching() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        assert!(accepts(&h, "application/json") && accepts(&h, "text/event-stream"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        assert!(!accepts(&h, "text/event-stream"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert!(accepts(&h, "text/event-stream"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("text/*;q=0.5"));
+        assert!(accepts(&h, "text/event-stream"));
+    }
+
+    #[test]
+    fn base64_header_values_decode() {
+        assert_eq!(decode_header_value("=?base64?aMOpbGxv?="), "héllo");
+        assert_eq!(decode_header_value("plain"), "plain");
+    }
+}

@@ -1,0 +1,277 @@
+//! The MCP methods Gatehouse serves: listings from the cached catalog, and the proxied calls
+//! routed by exposed name or URI.
+
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use super::{Ctx, Era, Front, List};
+use crate::catalog::Route;
+use crate::error::{FieldError, GatewayError};
+use crate::pipeline::{CallRequest, miss_error};
+use crate::protocol::jsonrpc::{self, parse_params};
+use crate::protocol::meta;
+use crate::upstream::State;
+
+#[derive(Deserialize)]
+struct ListParams {
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+impl Front {
+    /// Serves a listing from the current snapshot's pre-serialised bytes: no upstream I/O and
+    /// no re-serialisation of the catalog per request.
+    pub(super) async fn list(
+        &self,
+        ctx: &Ctx,
+        kind: List,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let ListParams { cursor } = parse_params(params)?;
+        if cursor.is_some() {
+            // We never hand out cursors (every list is one page), so any cursor is stale.
+            return Err(invalid(
+                "params.cursor",
+                "unknown cursor: lists are served as a single page",
+            ));
+        }
+        self.warm_up().await;
+        let snapshot = self.catalog.snapshot();
+        let (key, items) = match kind {
+            List::Tools => ("tools", &snapshot.tools_json),
+            List::Resources => ("resources", &snapshot.resources_json),
+            List::Templates => ("resourceTemplates", &snapshot.templates_json),
+            List::Prompts => ("prompts", &snapshot.prompts_json),
+        };
+        let mut out = String::with_capacity(items.get().len() + 160);
+        out.push_str("{\"");
+        out.push_str(key);
+        out.push_str("\":");
+        out.push_str(items.get());
+        if ctx.era == Era::Modern {
+            // Today every caller sees the same list, so it may be shared across callers for as
+            // long as the catalog refresh period.
+            let _ = write!(
+                out,
+                ",\"resultType\":\"complete\",\"ttlMs\":{},\"cacheScope\":\"public\",\"_meta\":{{\"{}\":{}}}",
+                self.settings.list_ttl.as_millis(),
+                meta::SERVER_INFO,
+                self.server_info
+            );
+        }
+        out.push('}');
+        Ok(RawValue::from_string(out).expect("spliced from valid JSON parts"))
+    }
+
+    pub(super) async fn tools_call(
+        &self,
+        ctx: &Ctx,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let mut params: Map<String, Value> = parse_params(params)?;
+        let name = take_string(&mut params, "name")?;
+        if params.get("arguments").is_some_and(|a| !a.is_object()) {
+            return Err(invalid("params.arguments", "expected an object"));
+        }
+        strip_protocol_meta(&mut params);
+        self.warm_up().await;
+        let result = self
+            .pipeline
+            .call_tool(CallRequest {
+                principal: &ctx.principal,
+                name: &name,
+                params,
+            })
+            .await?;
+        Ok(self.finish_raw(ctx, result))
+    }
+
+    pub(super) async fn resources_read(
+        &self,
+        ctx: &Ctx,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let mut params: Map<String, Value> = parse_params(params)?;
+        let uri = take_string(&mut params, "uri")?;
+        self.warm_up().await;
+        let snapshot = self.catalog.snapshot();
+        let route = snapshot
+            .resource(&uri)
+            .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound))?;
+        params.insert("uri".into(), json!(&*route.name));
+        strip_protocol_meta(&mut params);
+        let raw = self
+            .pipeline
+            .forward(&route, "resources/read", params)
+            .await?;
+        // Contents name the upstream's URIs; agents must see the exposed ones.
+        let mut result: Value = serde_json::from_str(raw.get()).map_err(GatewayError::internal)?;
+        if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
+            for item in contents {
+                if let Some(inner) = item.get("uri").and_then(Value::as_str) {
+                    item["uri"] = json!(snapshot.expose_uri(&route.namespace, inner));
+                }
+            }
+        }
+        Ok(self.finish(ctx, result))
+    }
+
+    pub(super) async fn prompts_get(
+        &self,
+        ctx: &Ctx,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let mut params: Map<String, Value> = parse_params(params)?;
+        let name = take_string(&mut params, "name")?;
+        self.warm_up().await;
+        let route = self
+            .catalog
+            .snapshot()
+            .prompt(&name)
+            .cloned()
+            .map_err(|miss| {
+                miss_error(miss, || GatewayError::UnknownPrompt { name: name.clone() })
+            })?;
+        params.insert("name".into(), json!(&*route.name));
+        strip_protocol_meta(&mut params);
+        let raw = self.pipeline.forward(&route, "prompts/get", params).await?;
+        Ok(self.finish_raw(ctx, raw))
+    }
+
+    /// `completion/complete` routes by the prompt or resource its `ref` names.
+    pub(super) async fn complete(
+        &self,
+        ctx: &Ctx,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let mut params: Map<String, Value> = parse_params(params)?;
+        let reference = params
+            .get_mut("ref")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| {
+                invalid(
+                    "params.ref",
+                    "required: an object with type and name or uri",
+                )
+            })?;
+        let kind = reference
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        self.warm_up().await;
+        let snapshot = self.catalog.snapshot();
+        let (field, route): (&str, Route) = match kind.as_str() {
+            "ref/prompt" => {
+                let name = reference
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("params.ref.name", "expected a string"))?;
+                let route = snapshot.prompt(name).cloned();
+                (
+                    "name",
+                    route.map_err(|miss| {
+                        miss_error(miss, || GatewayError::UnknownPrompt {
+                            name: name.to_string(),
+                        })
+                    })?,
+                )
+            }
+            "ref/resource" => {
+                let uri = reference
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid("params.ref.uri", "expected a string"))?;
+                (
+                    "uri",
+                    snapshot
+                        .resource(uri)
+                        .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound))?,
+                )
+            }
+            _ => {
+                return Err(invalid(
+                    "params.ref.type",
+                    "expected \"ref/prompt\" or \"ref/resource\"",
+                ));
+            }
+        };
+        reference.insert(field.into(), json!(&*route.name));
+        strip_protocol_meta(&mut params);
+        let raw = self
+            .pipeline
+            .forward(&route, "completion/complete", params)
+            .await?;
+        Ok(self.finish_raw(ctx, raw))
+    }
+
+    /// Legacy `logging/setLevel`: fanned out to every upstream that is up (best effort).
+    pub(super) async fn set_log_level(
+        &self,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        #[derive(Deserialize)]
+        struct SetLevel {
+            level: String,
+        }
+        const LEVELS: [&str; 8] = [
+            "debug",
+            "info",
+            "notice",
+            "warning",
+            "error",
+            "critical",
+            "alert",
+            "emergency",
+        ];
+        let SetLevel { level } = parse_params(params)?;
+        if !LEVELS.contains(&level.as_str()) {
+            return Err(invalid(
+                "params.level",
+                "expected an RFC 5424 level such as \"info\" or \"warning\"",
+            ));
+        }
+        let sends = self.upstreams.iter().filter(|u| u.state() == State::Up).map(|u| {
+            let level = level.clone();
+            async move {
+                let params = json!({ "level": level }).as_object().cloned().unwrap_or_default();
+                if let Err(e) = u.request("logging/setLevel", params).await {
+                    tracing::debug!(namespace = %u.namespace, error = %e, "logging/setLevel not applied upstream");
+                }
+            }
+        });
+        futures_util::future::join_all(sends).await;
+        Ok(jsonrpc::raw(&json!({})))
+    }
+}
+
+fn invalid(path: &str, rule: &str) -> GatewayError {
+    GatewayError::InvalidParams(FieldError {
+        path: path.into(),
+        rule: rule.into(),
+    })
+}
+
+fn take_string(params: &mut Map<String, Value>, key: &str) -> Result<String, GatewayError> {
+    match params.remove(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(invalid(&format!("params.{key}"), "expected a string")),
+        None => Err(invalid(&format!("params.{key}"), "required")),
+    }
+}
+
+/// The agent's protocol `_meta` (version, capabilities, client info) describes the agent's hop,
+/// not ours; the upstream transport adds its own. Everything else (e.g. `progressToken`) passes.
+fn strip_protocol_meta(params: &mut Map<String, Value>) {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| {
+            !k.starts_with("io.modelcontextprotocol/") && !k.starts_with("gatehouse/")
+        });
+        if meta.is_empty() {
+            params.remove("_meta");
+        }
+    }
+}

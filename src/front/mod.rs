@@ -1,0 +1,332 @@
+//! The agent-facing MCP server: both protocol eras on one endpoint, over Streamable HTTP
+//! ([`http`]) or stdio ([`stdio`]), plus the operations endpoints ([`ops`]).
+//!
+//! [`Front::answer`] is the method table shared by every transport and era; transports only
+//! decide the era, find the session and frame the bytes. See README.md here for the decisions.
+
+pub mod http;
+mod methods;
+pub mod ops;
+pub mod session;
+pub mod stdio;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::catalog::Catalog;
+use crate::config::{Config, InboundAuth, is_loopback_host};
+use crate::error::{GatewayError, WireEra};
+use crate::pipeline::{Authenticator, Pipeline, Principal};
+use crate::protocol::jsonrpc::{self, Request};
+use crate::protocol::{ProtocolVersion, meta};
+use crate::telemetry::Metrics;
+use crate::upstream::Upstream;
+use session::{Session, Sessions};
+
+/// The era of one request, as the body-first classifier decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    Legacy(ProtocolVersion),
+    Modern,
+}
+
+impl Era {
+    pub fn wire(self) -> WireEra {
+        match self {
+            Self::Legacy(_) => WireEra::Legacy,
+            Self::Modern => WireEra::Modern,
+        }
+    }
+}
+
+/// Everything a method needs to know about who asks and how.
+pub struct Ctx {
+    pub era: Era,
+    pub principal: Principal,
+    pub session: Option<Arc<Session>>,
+}
+
+/// Settings the front door reads on every request, resolved once.
+pub struct Settings {
+    pub path: String,
+    pub max_body_bytes: usize,
+    pub allowed_origins: Vec<String>,
+    /// None: any Host is accepted (wildcard bind without an allow-list).
+    pub allowed_hosts: Option<Vec<String>>,
+    pub keep_alive: Duration,
+    pub list_ttl: Duration,
+    pub cold_start_wait: Duration,
+    pub instructions: String,
+}
+
+pub struct Front {
+    pub settings: Settings,
+    pub auth: Authenticator,
+    pub catalog: Arc<Catalog>,
+    pub pipeline: Pipeline,
+    pub upstreams: Arc<[Arc<Upstream>]>,
+    pub sessions: Sessions,
+    pub metrics: Arc<Metrics>,
+    first_loads: Vec<watch::Receiver<bool>>,
+    warm: AtomicBool,
+    server_info: Value,
+}
+
+/// A JSON-RPC answer and the HTTP status it travels with.
+pub struct Answer {
+    pub status: ::http::StatusCode,
+    pub body: Vec<u8>,
+}
+
+impl Front {
+    pub fn new(
+        config: &Config,
+        catalog: Arc<Catalog>,
+        upstreams: Arc<[Arc<Upstream>]>,
+        first_loads: Vec<watch::Receiver<bool>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let g = &config.gateway;
+        let wildcard = matches!(g.host.as_str(), "0.0.0.0" | "::" | "[::]");
+        let allowed_hosts = if wildcard && g.allowed_hosts.is_empty() {
+            None
+        } else {
+            let mut hosts = g.allowed_hosts.clone();
+            if !is_loopback_host(&g.host) {
+                hosts.push(g.host.to_ascii_lowercase());
+            }
+            Some(hosts)
+        };
+        let settings = Settings {
+            path: g.path.clone(),
+            max_body_bytes: g.max_body_bytes,
+            allowed_origins: g.allowed_origins.clone(),
+            allowed_hosts,
+            keep_alive: Duration::from_secs(15),
+            list_ttl: g.manifest_ttl,
+            cold_start_wait: g.cold_start_wait,
+            instructions: g
+                .instructions
+                .clone()
+                .unwrap_or_else(|| default_instructions(config)),
+        };
+        if matches!(g.auth, InboundAuth::Disabled { .. }) {
+            tracing::warn!(
+                "AUTHENTICATION IS DISABLED (auth_disabled = true): anyone who can reach {}:{} can call every tool",
+                g.host,
+                g.port
+            );
+        }
+        Self {
+            settings,
+            auth: Authenticator::new(&g.auth),
+            pipeline: Pipeline::new(catalog.clone(), upstreams.clone()),
+            catalog,
+            upstreams,
+            sessions: Sessions::new(g.session_idle_timeout, g.max_sessions),
+            metrics,
+            first_loads,
+            warm: AtomicBool::new(false),
+            server_info: json!({ "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") }),
+        }
+    }
+
+    /// Answers one request: the method table, the era's result decoration, the error mapping.
+    pub async fn answer(&self, ctx: &Ctx, request: Request) -> Answer {
+        let result = self
+            .call(ctx, &request.method, request.params.as_deref())
+            .await;
+        let outcome = result.as_ref().map_or_else(GatewayError::class, |_| "ok");
+        self.metrics.count_request(&request.method, outcome);
+        match result {
+            Ok(result) => Answer {
+                status: ::http::StatusCode::OK,
+                body: jsonrpc::result_bytes(request.id.raw(), &result),
+            },
+            Err(e) => self.error_answer(ctx.era.wire(), Some(request.id.raw()), &e),
+        }
+    }
+
+    pub fn error_answer(&self, era: WireEra, id: Option<&RawValue>, e: &GatewayError) -> Answer {
+        if matches!(
+            e,
+            GatewayError::Internal(_) | GatewayError::UpstreamError { .. }
+        ) {
+            tracing::warn!(error = %e, source = ?std::error::Error::source(e), "request failed");
+        }
+        Answer {
+            status: e.http_status(era),
+            body: jsonrpc::error_bytes(id, &e.to_rpc_error(era)),
+        }
+    }
+
+    async fn call(
+        &self,
+        ctx: &Ctx,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        match method {
+            "ping" if ctx.era != Era::Modern => Ok(jsonrpc::raw(&json!({}))),
+            "server/discover" => Ok(self.finish(ctx, self.discover())),
+            "tools/list" => self.list(ctx, List::Tools, params).await,
+            "resources/list" => self.list(ctx, List::Resources, params).await,
+            "resources/templates/list" => self.list(ctx, List::Templates, params).await,
+            "prompts/list" => self.list(ctx, List::Prompts, params).await,
+            "tools/call" => self.tools_call(ctx, params).await,
+            "resources/read" => self.resources_read(ctx, params).await,
+            "prompts/get" => self.prompts_get(ctx, params).await,
+            "completion/complete" => self.complete(ctx, params).await,
+            "logging/setLevel" if ctx.era != Era::Modern => self.set_log_level(params).await,
+            _ => Err(GatewayError::MethodNotFound),
+        }
+    }
+
+    /// Waits (bounded) for every upstream's first load, so the first listing after start-up is
+    /// complete; afterwards listings never wait on an upstream.
+    async fn warm_up(&self) {
+        if self.warm.load(Ordering::Relaxed) {
+            return;
+        }
+        let all = futures_util::future::join_all(self.first_loads.iter().cloned().map(
+            |mut rx| async move {
+                let _ = rx.wait_for(|loaded| *loaded).await;
+            },
+        ));
+        if tokio::time::timeout(self.settings.cold_start_wait, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!(wait = ?self.settings.cold_start_wait, "serving before every upstream answered its first probe");
+        }
+        self.warm.store(true, Ordering::Relaxed);
+    }
+
+    /// 2026-07-28 results carry `resultType` and the server's identity; legacy ones pass as is.
+    fn finish(&self, ctx: &Ctx, result: Value) -> Box<RawValue> {
+        let mut result = result;
+        if ctx.era == Era::Modern {
+            if let Some(map) = result.as_object_mut() {
+                decorate_modern(map, &self.server_info);
+            }
+        }
+        jsonrpc::raw(&result)
+    }
+
+    fn finish_raw(&self, ctx: &Ctx, raw: Box<RawValue>) -> Box<RawValue> {
+        if ctx.era != Era::Modern {
+            return raw;
+        }
+        match serde_json::from_str::<Map<String, Value>>(raw.get()) {
+            Ok(mut map) => {
+                decorate_modern(&mut map, &self.server_info);
+                jsonrpc::raw(&Value::Object(map))
+            }
+            Err(_) => raw,
+        }
+    }
+
+    fn discover(&self) -> Value {
+        let mut supported = vec![ProtocolVersion::MODERN.as_str()];
+        supported.extend(ProtocolVersion::LEGACY.iter().map(|v| v.as_str()));
+        json!({
+            "supportedVersions": supported,
+            "capabilities": self.capabilities(),
+            "instructions": self.settings.instructions,
+            "ttlMs": self.settings.list_ttl.as_millis() as u64,
+            "cacheScope": "public",
+        })
+    }
+
+    /// Only what is actually proxied is advertised.
+    fn capabilities(&self) -> Value {
+        json!({
+            "tools": { "listChanged": true },
+            "resources": { "listChanged": true },
+            "prompts": { "listChanged": true },
+            "completions": {},
+            "logging": {},
+        })
+    }
+
+    pub fn initialize_result(&self, version: ProtocolVersion) -> Value {
+        json!({
+            "protocolVersion": version.as_str(),
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info,
+            "instructions": self.settings.instructions,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum List {
+    Tools,
+    Resources,
+    Templates,
+    Prompts,
+}
+
+fn decorate_modern(map: &mut Map<String, Value>, server_info: &Value) {
+    map.entry("resultType").or_insert_with(|| json!("complete"));
+    let meta = map.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(meta::SERVER_INFO.into(), server_info.clone());
+    }
+}
+
+fn default_instructions(config: &Config) -> String {
+    let separator = &config.gateway.separator;
+    if config.prefixed() {
+        format!(
+            "Gatehouse aggregates the tools of several MCP servers. Each tool is named \
+             <namespace>{separator}<tool>, where the namespace says which server runs it; resources are \
+             addressed as <namespace>+<uri>."
+        )
+    } else {
+        "Gatehouse proxies the tools of the MCP servers behind it under their own names.".into()
+    }
+}
+
+/// The `list_changed` notifications that tell a client its view moved from `before` to `after`.
+pub fn changed_lists(
+    before: crate::catalog::ViewHashes,
+    after: crate::catalog::ViewHashes,
+) -> Vec<&'static str> {
+    let mut methods = Vec::new();
+    if before.tools != after.tools {
+        methods.push("notifications/tools/list_changed");
+    }
+    if before.resources != after.resources {
+        methods.push("notifications/resources/list_changed");
+    }
+    if before.prompts != after.prompts {
+        methods.push("notifications/prompts/list_changed");
+    }
+    methods
+}
+
+/// Sends legacy sessions with an open GET stream the `list_changed` notifications for what
+/// changed in the catalog.
+pub async fn fan_out_list_changed(front: Arc<Front>) {
+    let mut catalog = front.catalog.subscribe();
+    let mut last = catalog.borrow_and_update().view_hashes;
+    while catalog.changed().await.is_ok() {
+        let now = catalog.borrow_and_update().view_hashes;
+        let methods = changed_lists(last, now);
+        last = now;
+        if methods.is_empty() {
+            continue;
+        }
+        for session in front.sessions.all() {
+            for method in &methods {
+                session.notify(&jsonrpc::notification_bytes(method, &json!({})));
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Operations endpoints: `/healthz` (liveness plus per-upstream state, unauthenticated, never
+//! secrets), `/readyz`, `/metrics` (Prometheus text).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+use serde_json::json;
+
+use super::Front;
+use crate::upstream::State as UpstreamState;
+
+pub async fn healthz(State(front): State<Arc<Front>>) -> Response {
+    let upstreams: Vec<_> = front.upstreams.iter().map(|u| u.health()).collect();
+    let all_up = upstreams.iter().all(|h| h.state == UpstreamState::Up);
+    let snapshot = front.catalog.snapshot();
+    let body = json!({
+        "service": "gatehouse",
+        "version": env!("CARGO_PKG_VERSION"),
+        "status": if all_up { "ok" } else { "degraded" },
+        "sessions": front.sessions.len(),
+        "tools": snapshot.tools.len(),
+        "upstreams": upstreams,
+        "warnings": snapshot.warnings,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Ready when at least one upstream serves tools (or none is configured).
+pub async fn readyz(State(front): State<Arc<Front>>) -> Response {
+    let ready = front.upstreams.is_empty()
+        || front
+            .upstreams
+            .iter()
+            .any(|u| u.state() == UpstreamState::Up);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        if ready {
+            "ready\n"
+        } else {
+            "no upstream is up\n"
+        },
+    )
+        .into_response()
+}
+
+pub async fn metrics(State(front): State<Arc<Front>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        front.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,239 @@
+//! Legacy (initialize-based) agent sessions: id, negotiated version, owner, and the GET stream
+//! that carries server-to-client notifications.
+//!
+//! A session is bound to the principal that created it: another caller presenting the id gets
+//! the same 404 as for an unknown id. Idle sessions expire; when the table is full the least
+//! recently used session is evicted rather than refusing new clients.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::Rng;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::pipeline::Principal;
+use crate::protocol::{ProtocolVersion, sse};
+
+/// Frames buffered per GET stream; a client that stops reading loses notifications, not memory.
+const STREAM_BUFFER: usize = 64;
+
+pub struct Session {
+    pub id: Arc<str>,
+    pub version: ProtocolVersion,
+    pub principal: Principal,
+    pub client_capabilities: Value,
+    initialized: AtomicBool,
+    last_seen: Mutex<Instant>,
+    stream: Mutex<Option<mpsc::Sender<Bytes>>>,
+    streams_opened: AtomicU64,
+    event_seq: AtomicU64,
+}
+
+impl Session {
+    pub fn new(version: ProtocolVersion, principal: Principal, client_capabilities: Value) -> Self {
+        Self {
+            id: new_session_id().into(),
+            version,
+            principal,
+            client_capabilities,
+            initialized: AtomicBool::new(false),
+            last_seen: Mutex::new(Instant::now()),
+            stream: Mutex::new(None),
+            streams_opened: AtomicU64::new(0),
+            event_seq: AtomicU64::new(0),
+        }
+    }
+
+    pub fn touch(&self) {
+        *self.last_seen.lock().expect("session lock poisoned") = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_seen
+            .lock()
+            .expect("session lock poisoned")
+            .elapsed()
+    }
+
+    pub fn mark_initialized(&self) {
+        self.initialized.store(true, Ordering::Relaxed);
+    }
+
+    /// Opens the session's GET stream, replacing (and so ending) an older one: one stream per
+    /// session means a notification is never delivered twice.
+    pub fn open_stream(&self) -> (String, mpsc::Receiver<Bytes>) {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let n = self.streams_opened.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.stream.lock().expect("session lock poisoned") = Some(tx);
+        (format!("g{n}"), rx)
+    }
+
+    /// Queues a JSON-RPC notification on the GET stream. Returns false if there is no open
+    /// stream or the client is not keeping up.
+    pub fn notify(&self, message: &[u8]) -> bool {
+        let guard = self.stream.lock().expect("session lock poisoned");
+        let Some(tx) = guard.as_ref() else {
+            return false;
+        };
+        let seq = self.event_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.streams_opened.load(Ordering::Relaxed);
+        tx.try_send(sse::message_event(Some(&format!("g{n}-{seq}")), message))
+            .is_ok()
+    }
+}
+
+/// 32 random bytes from the OS-seeded CSPRNG, hex-encoded: visible ASCII, unguessable.
+fn new_session_id() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+pub struct Sessions {
+    map: RwLock<HashMap<Arc<str>, Arc<Session>>>,
+    idle_timeout: Duration,
+    max: usize,
+}
+
+impl Sessions {
+    pub fn new(idle_timeout: Duration, max: usize) -> Self {
+        Self {
+            map: RwLock::new(HashMap::new()),
+            idle_timeout,
+            max: max.max(1),
+        }
+    }
+
+    pub fn insert(&self, session: Session) -> Arc<Session> {
+        let session = Arc::new(session);
+        let mut map = self.map.write().expect("sessions lock poisoned");
+        if map.len() >= self.max {
+            map.retain(|_, s| s.idle_for() < self.idle_timeout);
+        }
+        if map.len() >= self.max {
+            let oldest = map
+                .iter()
+                .max_by_key(|(_, s)| s.idle_for())
+                .map(|(id, _)| id.clone());
+            if let Some(id) = oldest {
+                tracing::warn!(
+                    max = self.max,
+                    "session table full; evicting the least recently used session"
+                );
+                map.remove(&id);
+            }
+        }
+        map.insert(session.id.clone(), session.clone());
+        session
+    }
+
+    /// The session, if it exists, is not idle-expired, and belongs to `principal`.
+    pub fn get(&self, id: &str, principal: &Principal) -> Option<Arc<Session>> {
+        let session = self
+            .map
+            .read()
+            .expect("sessions lock poisoned")
+            .get(id)
+            .cloned()?;
+        if session.principal != *principal {
+            return None;
+        }
+        if session.idle_for() >= self.idle_timeout {
+            self.remove(id);
+            return None;
+        }
+        session.touch();
+        Some(session)
+    }
+
+    pub fn remove(&self, id: &str) -> bool {
+        self.map
+            .write()
+            .expect("sessions lock poisoned")
+            .remove(id)
+            .is_some()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.map
+            .read()
+            .expect("sessions lock poisoned")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().expect("sessions lock poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops idle sessions (called periodically).
+    pub fn sweep(&self) -> usize {
+        let mut map = self.map.write().expect("sessions lock poisoned");
+        let before = map.len();
+        map.retain(|_, s| s.idle_for() < self.idle_timeout);
+        before - map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn session(principal: &str) -> Session {
+        Session::new(
+            ProtocolVersion::V2025_11_25,
+            Principal::new(principal),
+            json!({}),
+        )
+    }
+
+    #[test]
+    fn ids_are_64_hex_chars_and_unique() {
+        let a = session("p");
+        let b = session("p");
+        assert_eq!(a.id.len(), 64);
+        assert!(a.id.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.id, b.id);
+    }
+
+    #[test]
+    fn another_principal_cannot_use_a_session() {
+        let sessions = Sessions::new(Duration::from_secs(60), 10);
+        let s = sessions.insert(session("alice"));
+        assert!(sessions.get(&s.id, &Principal::new("alice")).is_some());
+        assert!(sessions.get(&s.id, &Principal::new("mallory")).is_none());
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_least_recently_used() {
+        let sessions = Sessions::new(Duration::from_secs(60), 2);
+        let first = sessions.insert(session("p"));
+        std::thread::sleep(Duration::from_millis(5));
+        let second = sessions.insert(session("p"));
+        second.touch();
+        sessions.insert(session("p"));
+        assert_eq!(sessions.len(), 2);
+        assert!(sessions.get(&first.id, &Principal::new("p")).is_none());
+        assert!(sessions.get(&second.id, &Principal::new("p")).is_some());
+    }
+
+    #[test]
+    fn a_new_stream_replaces_the_old_one() {
+        let s = session("p");
+        let (_, mut old) = s.open_stream();
+        let (_, mut new) = s.open_stream();
+        assert!(s.notify(b"{}"));
+        assert!(old.try_recv().is_err(), "old stream is closed");
+        assert!(new.try_recv().is_ok());
+    }
+}

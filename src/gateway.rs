@@ -1,0 +1,160 @@
+//! Wiring: builds upstreams, catalog, pipeline and front door from a [`Config`] and runs them.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::catalog::{Catalog, Namer};
+use crate::config::Config;
+use crate::front::{self, Front};
+use crate::pipeline::Principal;
+use crate::telemetry::Metrics;
+use crate::upstream::{self, Upstream};
+
+/// How long open connections (SSE streams never end on their own) get after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("upstream {namespace}: {reason}")]
+    Upstream { namespace: String, reason: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("serving failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A built gateway whose background tasks (upstream supervisors, notification fan-out) run.
+pub struct Gateway {
+    pub front: Arc<Front>,
+}
+
+impl Gateway {
+    pub fn start(config: &Config) -> Result<Self, StartError> {
+        let metrics = Arc::new(Metrics::new());
+        let max_response = config.gateway.max_response_bytes;
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                Upstream::new(i, u.clone(), max_response, metrics.clone())
+                    .map(Arc::new)
+                    .map_err(|reason| StartError::Upstream {
+                        namespace: u.namespace.clone(),
+                        reason,
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let upstreams: Arc<[Arc<Upstream>]> = upstreams.into();
+        let namer = Namer::new(&config.gateway.separator, config.prefixed());
+        let catalog = Arc::new(Catalog::new(
+            namer,
+            config
+                .upstreams
+                .iter()
+                .map(|u| u.namespace.clone())
+                .collect(),
+        ));
+
+        let mut first_loads = Vec::new();
+        for upstream in upstreams.iter() {
+            let (tx, rx) = watch::channel(false);
+            first_loads.push(rx);
+            tokio::spawn(upstream::supervise(
+                upstream.clone(),
+                catalog.clone(),
+                config.gateway.manifest_ttl,
+                tx,
+            ));
+        }
+        let front = Arc::new(Front::new(config, catalog, upstreams, first_loads, metrics));
+        tokio::spawn(front::fan_out_list_changed(front.clone()));
+        let sweeper = front.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every.tick().await;
+                let n = sweeper.sessions.sweep();
+                if n > 0 {
+                    tracing::debug!(expired = n, "idle sessions expired");
+                }
+            }
+        });
+        Ok(Self { front })
+    }
+
+    /// Serves Streamable HTTP on `listener` until `shutdown` resolves.
+    pub async fn serve_http(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartError> {
+        let app = front::http::router(self.front.clone());
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        });
+        let mut server = std::pin::pin!(server.into_future());
+        tokio::select! {
+            result = &mut server => return result.map_err(StartError::Serve),
+            () = shutdown => {}
+        }
+        tracing::info!("shutting down: no new connections; open streams get {SHUTDOWN_GRACE:?}");
+        let _ = stop_tx.send(true);
+        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+            Ok(result) => result.map_err(StartError::Serve),
+            Err(_) => Ok(()),
+        }
+    }
+
+    pub async fn serve_stdio(&self) -> Result<(), StartError> {
+        front::stdio::serve(self.front.clone(), Principal::new("stdio"))
+            .await
+            .map_err(StartError::Serve)
+    }
+}
+
+/// Binds the configured address.
+pub async fn bind(config: &Config) -> Result<(TcpListener, SocketAddr), StartError> {
+    let addr = format!("{}:{}", config.gateway.host, config.gateway.port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok((listener, local))
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

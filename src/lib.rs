@@ -1,0 +1,22 @@
+//! Gatehouse: one MCP endpoint in front of many MCP servers — routes, gates and guards every call.
+//!
+//! Crate map (dependency direction: front → pipeline → {upstream, catalog} → {protocol, error}):
+//! - [`config`]: TOML image (`RawConfig`) validated into typed [`config::Config`].
+//! - [`error`]: [`error::GatewayError`], the one place errors become wire errors.
+//! - [`protocol`]: JSON-RPC envelopes, MCP revisions and era detection, SSE framing.
+//! - [`upstream`]: the MCP client toward each upstream (transport, era probe, sessions, state).
+//! - [`catalog`]: aggregation, reversible namespacing, fingerprints, routing table.
+//! - [`pipeline`]: `Pipeline::call_tool`, the ordered stages every tool call goes through.
+//! - [`front`]: the agent-facing MCP server (Streamable HTTP both eras, stdio) and ops endpoints.
+//! - [`telemetry`]: logging setup and the Prometheus registry.
+//! - [`gateway`]: wiring — builds the parts from a `Config` and runs them.
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod front;
+pub mod gateway;
+pub mod pipeline;
+pub mod protocol;
+pub mod telemetry;
+pub mod upstream;

@@ -1,0 +1,112 @@
+//! `Pipeline::call_tool`: the ordered stages every `tools/call` passes, visible in one place.
+//!
+//! Today's stages: the caller was authenticated at the edge (stage 1, [`authn`]), the tool is
+//! resolved in the catalog (stage 2: hidden and unknown look the same), then dispatched to the
+//! owning upstream (stage 8). Contracts, validation, policy, mutation safety, idempotency,
+//! reliability and audit slot in between, in SPEC §9 order, without changing callers.
+
+pub mod authn;
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{Catalog, Miss, Route};
+use crate::error::{FieldError, GatewayError};
+use crate::upstream::{Upstream, UpstreamError};
+pub use authn::{Authenticator, Principal};
+
+/// One tool call as the front door hands it over.
+pub struct CallRequest<'a> {
+    pub principal: &'a Principal,
+    /// The exposed tool name.
+    pub name: &'a str,
+    /// The agent's `params` minus `name` (arguments, `_meta`, …).
+    pub params: Map<String, Value>,
+}
+
+pub struct Pipeline {
+    catalog: Arc<Catalog>,
+    upstreams: Arc<[Arc<Upstream>]>,
+}
+
+impl Pipeline {
+    pub fn new(catalog: Arc<Catalog>, upstreams: Arc<[Arc<Upstream>]>) -> Self {
+        Self { catalog, upstreams }
+    }
+
+    pub async fn call_tool(&self, req: CallRequest<'_>) -> Result<Box<RawValue>, GatewayError> {
+        let _principal = req.principal; // 1: authenticated before the body was read
+        let route = self.resolve_tool(req.name)?; // 2: unknown and hidden are indistinguishable
+        let mut params = req.params; // 8: dispatch under the upstream's own name
+        params.insert("name".into(), json!(&*route.name));
+        self.forward(&route, "tools/call", params).await
+    }
+
+    fn resolve_tool(&self, name: &str) -> Result<Route, GatewayError> {
+        let snapshot = self.catalog.snapshot();
+        match snapshot.tool(name) {
+            Ok(tool) => Ok(tool.route.clone()),
+            Err(miss) => Err(miss_error(miss, || GatewayError::UnknownTool {
+                name: name.to_string(),
+            })),
+        }
+    }
+
+    /// Sends a request to the upstream a route names and maps its failure to the taxonomy.
+    pub async fn forward(
+        &self,
+        route: &Route,
+        method: &str,
+        params: Map<String, Value>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let upstream = &self.upstreams[route.upstream];
+        upstream
+            .request(method, params)
+            .await
+            .map_err(|e| upstream_error(&route.namespace, e))
+    }
+}
+
+/// A name that did not route: unknown, or owned by a configured upstream that is down.
+pub fn miss_error(miss: Miss, unknown: impl FnOnce() -> GatewayError) -> GatewayError {
+    match miss {
+        Miss::Unknown => unknown(),
+        Miss::Down(namespace) => GatewayError::UpstreamUnavailable {
+            namespace: namespace.to_string(),
+            source: None,
+        },
+    }
+}
+
+/// The explicit conversion from upstream failures to client-visible classes. The upstream's
+/// own message is logged, never relayed.
+fn upstream_error(namespace: &str, e: UpstreamError) -> GatewayError {
+    tracing::warn!(namespace, class = e.class(), error = %e, "upstream request failed");
+    let namespace = namespace.to_string();
+    match e {
+        UpstreamError::Connect(_) | UpstreamError::TokenFile { .. } => {
+            GatewayError::UpstreamUnavailable {
+                namespace,
+                source: Some(Box::new(e)),
+            }
+        }
+        UpstreamError::Timeout(_) => GatewayError::DeadlineExceeded { namespace },
+        UpstreamError::Rpc { code: -32602, .. } => GatewayError::InvalidParams(FieldError {
+            path: "params".into(),
+            rule: format!("rejected by upstream {namespace}"),
+        }),
+        UpstreamError::Rpc { code: -32601, .. } => GatewayError::MethodNotFound,
+        UpstreamError::Rpc { code: -32002, .. } => GatewayError::ResourceNotFound,
+        UpstreamError::Rpc { .. }
+        | UpstreamError::Status(_)
+        | UpstreamError::SessionExpired
+        | UpstreamError::Unauthorized
+        | UpstreamError::TooLarge(_)
+        | UpstreamError::Protocol(_) => GatewayError::UpstreamError {
+            namespace,
+            source: Some(Box::new(e)),
+        },
+    }
+}

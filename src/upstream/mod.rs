@@ -1,0 +1,340 @@
+//! Upstreams: the MCP client side. One [`Upstream`] per configured server owns its transport,
+//! its negotiated era and session, and its health; [`supervise`] keeps its catalog fresh.
+//!
+//! Must not know about agents, sessions on the front side, or policy. See README.md here for
+//! the era/session decisions.
+
+mod auth;
+mod http_client;
+pub mod streamable_http;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+use crate::catalog::{Catalog, Listing};
+use crate::config::UpstreamConfig;
+use crate::protocol::ProtocolVersion;
+use crate::telemetry::Metrics;
+
+pub use streamable_http::StreamableHttp;
+
+/// Health states (SPEC §3). `degraded` arrives with the liveness tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Connecting,
+    Up,
+    Degraded,
+    Down,
+}
+
+impl State {
+    pub const ALL: [State; 4] = [State::Connecting, State::Up, State::Degraded, State::Down];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Up => "up",
+            Self::Degraded => "degraded",
+            Self::Down => "down",
+        }
+    }
+}
+
+/// Which protocol lifecycle an upstream speaks, decided by the probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: stateless, `_meta` envelope on every request.
+    Modern,
+    /// `initialize`-based, with the version negotiated with this upstream.
+    Legacy(ProtocolVersion),
+    /// Answers `initialize` with method-not-found: no lifecycle, no version header.
+    Bare,
+}
+
+impl Era {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Modern => "2026-07-28",
+            Self::Legacy(v) => v.as_str(),
+            Self::Bare => "bare",
+        }
+    }
+}
+
+/// A failure talking to an upstream. Details are for logs; the class is what operators and
+/// agents see.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("cannot connect: {0}")]
+    Connect(#[source] reqwest::Error),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("HTTP status {0}")]
+    Status(http::StatusCode),
+    #[error("session expired")]
+    SessionExpired,
+    #[error("unauthorized (HTTP 401)")]
+    Unauthorized,
+    #[error("response exceeds {0} bytes")]
+    TooLarge(usize),
+    #[error("malformed response: {0}")]
+    Protocol(String),
+    #[error("JSON-RPC error {code}")]
+    Rpc { code: i64, message: String },
+    #[error("token file {path}: {reason}")]
+    TokenFile { path: String, reason: String },
+}
+
+impl UpstreamError {
+    /// Bounded set of classes for `/healthz`, metrics and logs.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Connect(_) => "connect",
+            Self::Timeout(_) => "timeout",
+            Self::Status(_) => "http_status",
+            Self::SessionExpired => "session_expired",
+            Self::Unauthorized => "unauthorized",
+            Self::TooLarge(_) => "too_large",
+            Self::Protocol(_) => "protocol",
+            Self::Rpc { .. } => "rpc_error",
+            Self::TokenFile { .. } => "token_file",
+        }
+    }
+
+    /// True when the upstream could not be reached at all (as opposed to answering badly).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::TokenFile { .. })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub class: &'static str,
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+}
+
+/// What `/healthz` reports for one upstream.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    pub namespace: Arc<str>,
+    pub state: State,
+    pub transport: &'static str,
+    pub protocol: Option<&'static str>,
+    pub tools: usize,
+    pub fingerprint: Option<String>,
+    pub last_error: Option<Failure>,
+    #[serde(serialize_with = "rfc3339")]
+    pub since: SystemTime,
+}
+
+/// One configured upstream.
+pub struct Upstream {
+    pub index: usize,
+    pub namespace: Arc<str>,
+    pub config: UpstreamConfig,
+    pub transport: StreamableHttp,
+    health: Mutex<Health>,
+    metrics: Arc<Metrics>,
+}
+
+impl Upstream {
+    pub fn new(
+        index: usize,
+        config: UpstreamConfig,
+        max_response_bytes: usize,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
+        let namespace: Arc<str> = config.namespace.as_str().into();
+        let transport = StreamableHttp::new(&config, max_response_bytes)?;
+        let health = Health {
+            namespace: namespace.clone(),
+            state: State::Connecting,
+            transport: "streamable_http",
+            protocol: None,
+            tools: 0,
+            fingerprint: None,
+            last_error: None,
+            since: SystemTime::now(),
+        };
+        metrics.set_upstream_state(&namespace, State::Connecting);
+        Ok(Self {
+            index,
+            namespace,
+            config,
+            transport,
+            health: Mutex::new(health),
+            metrics,
+        })
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.lock().expect("health lock poisoned").clone()
+    }
+
+    pub fn state(&self) -> State {
+        self.health.lock().expect("health lock poisoned").state
+    }
+
+    /// Sends one request and returns the upstream's raw `result`.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        self.transport.request(method, params).await
+    }
+
+    fn set_state(&self, state: State, failure: Option<&UpstreamError>) {
+        let mut h = self.health.lock().expect("health lock poisoned");
+        if h.state != state {
+            h.since = SystemTime::now();
+            tracing::info!(namespace = %self.namespace, from = h.state.as_str(), to = state.as_str(), "upstream state");
+        }
+        h.state = state;
+        if let Some(e) = failure {
+            h.last_error = Some(Failure {
+                class: e.class(),
+                at: SystemTime::now(),
+            });
+        }
+        self.metrics.set_upstream_state(&self.namespace, state);
+    }
+
+    fn record_listing(&self, tools: usize, fingerprint: Option<String>) {
+        let mut h = self.health.lock().expect("health lock poisoned");
+        h.tools = tools;
+        h.fingerprint = fingerprint;
+        h.protocol = self.transport.era().map(Era::label);
+    }
+
+    /// Connects (probing the era) and fetches every list the upstream offers.
+    async fn load_listing(&self) -> Result<Listing, UpstreamError> {
+        let caps = self.transport.ensure_connected().await?;
+        let has = |cap: &str| caps.as_ref().is_none_or(|c| c.get(cap).is_some());
+        let mut listing = Listing {
+            tools: self.transport.list_all("tools/list", "tools").await?,
+            ..Listing::default()
+        };
+        // Optional lists: a server may advertise a capability and still not implement the list;
+        // that must not take its tools down with it.
+        if has("resources") {
+            listing.resources = self.optional_list("resources/list", "resources").await;
+            listing.templates = self
+                .optional_list("resources/templates/list", "resourceTemplates")
+                .await;
+        }
+        if has("prompts") {
+            listing.prompts = self.optional_list("prompts/list", "prompts").await;
+        }
+        Ok(listing)
+    }
+
+    async fn optional_list(&self, method: &str, key: &str) -> Vec<Value> {
+        match self.transport.list_all(method, key).await {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::debug!(namespace = %self.namespace, method, error = %e, "optional list unavailable");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// Keeps one upstream's catalog entry fresh: load, publish, wait `refresh`, repeat; on failure
+/// withdraw its tools and retry with capped exponential backoff and full jitter.
+pub async fn supervise(
+    upstream: Arc<Upstream>,
+    catalog: Arc<Catalog>,
+    refresh: Duration,
+    first_load: watch::Sender<bool>,
+) {
+    let mut failures: u32 = 0;
+    loop {
+        match upstream.load_listing().await {
+            Ok(listing) => {
+                failures = 0;
+                let tools = listing.tools.len();
+                let fingerprint = catalog.update(upstream.index, Some(listing));
+                upstream.record_listing(tools, fingerprint);
+                upstream.set_state(State::Up, None);
+                first_load.send_replace(true);
+                tokio::time::sleep(refresh).await;
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(namespace = %upstream.namespace, class = e.class(), error = %e, "upstream unavailable");
+                catalog.update(upstream.index, None);
+                upstream.record_listing(0, None);
+                upstream.set_state(State::Down, Some(&e));
+                upstream.transport.reset();
+                first_load.send_replace(true);
+                tokio::time::sleep(backoff(failures)).await;
+            }
+        }
+    }
+}
+
+/// Full jitter: `U(0, min(cap, base · 2^n))` (the AWS architecture blog's recommendation).
+pub fn backoff(attempt: u32) -> Duration {
+    const BASE_MS: u64 = 250;
+    const CAP_MS: u64 = 30_000;
+    let ceiling = BASE_MS.saturating_mul(1u64 << attempt.min(20)).min(CAP_MS);
+    Duration::from_millis(rand::random_range(0..=ceiling))
+}
+
+fn rfc3339<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    s.serialize_str(&format_utc(secs))
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` from Unix seconds (civil-from-days, Howard Hinnant's algorithm).
+pub fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_the_full_jitter_envelope() {
+        for attempt in 0..40 {
+            let ceiling = (250u64 << attempt.min(20)).min(30_000);
+            for _ in 0..50 {
+                assert!(backoff(attempt) <= Duration::from_millis(ceiling));
+            }
+        }
+    }
+
+    #[test]
+    fn utc_formatting_matches_known_instants() {
+        assert_eq!(format_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(format_utc(1796216400), "2026-12-02T13:00:00Z");
+    }
+}

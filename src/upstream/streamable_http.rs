@@ -1,0 +1,613 @@
+//! Streamable HTTP client for one upstream, both eras.
+//!
+//! Connecting probes once with `server/discover` (2026-07-28) and falls back to the legacy
+//! `initialize` lifecycle; a server answering `initialize` with method-not-found is served bare.
+//! The resulting [`Link`] (era, session id, credential) is shared by all requests; when the
+//! upstream forgets the session (404, or a 400 naming the session, as the reference servers
+//! send) or rejects the credential (401), the link is rebuilt once — by one task, however many
+//! requests noticed — and the request is retried once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use reqwest::Url;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use super::auth::TokenSource;
+use super::{Era, UpstreamError, http_client};
+use crate::config::UpstreamConfig;
+use crate::protocol::{ProtocolVersion, header as mcp_header, meta};
+
+const CLIENT_NAME: &str = "gatehouse";
+const MAX_PAGES: usize = 1000;
+/// Error bodies are only sniffed (for "session"), never relayed: a small cap is enough.
+const ERROR_BODY_CAP: usize = 8 * 1024;
+
+/// The negotiated connection state shared by all requests to one upstream.
+#[derive(Debug)]
+struct Link {
+    era: Era,
+    session: Option<HeaderValue>,
+    auth: Option<HeaderValue>,
+    /// Server capabilities from `initialize` / `server/discover` (None for bare servers).
+    capabilities: Option<Value>,
+    generation: u64,
+}
+
+pub struct StreamableHttp {
+    namespace: Arc<str>,
+    url: Url,
+    http: reqwest::Client,
+    token: TokenSource,
+    static_headers: HeaderMap,
+    timeout: Duration,
+    max_response_bytes: usize,
+    next_id: AtomicU64,
+    generation: AtomicU64,
+    link: RwLock<Option<Arc<Link>>>,
+    relink: tokio::sync::Mutex<()>,
+}
+
+#[derive(Deserialize)]
+struct RpcResponse {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<RpcErrorBody>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RpcErrorBody {
+    code: i64,
+    #[serde(default)]
+    message: String,
+}
+
+impl StreamableHttp {
+    pub fn new(config: &UpstreamConfig, max_response_bytes: usize) -> Result<Self, String> {
+        let mut static_headers = HeaderMap::new();
+        if let Some(origin) = &config.origin {
+            static_headers.insert(header::ORIGIN, origin.clone());
+        }
+        for (name, value) in &config.headers {
+            static_headers.insert(name.clone(), value.clone());
+        }
+        Ok(Self {
+            namespace: config.namespace.as_str().into(),
+            url: config.url.clone(),
+            http: http_client::build(config)?,
+            token: TokenSource::from_config(&config.auth)?,
+            static_headers,
+            timeout: config.timeout,
+            max_response_bytes,
+            next_id: AtomicU64::new(1),
+            generation: AtomicU64::new(0),
+            link: RwLock::new(None),
+            relink: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn era(&self) -> Option<Era> {
+        self.current().map(|l| l.era)
+    }
+
+    /// Connects if not connected; returns the server's capabilities (None: bare server).
+    pub async fn ensure_connected(&self) -> Result<Option<Value>, UpstreamError> {
+        let link = match self.current() {
+            Some(link) => link,
+            None => self.relink(None).await?,
+        };
+        Ok(link.capabilities.clone())
+    }
+
+    /// Forgets the link so the next request reconnects (and re-reads a token file).
+    pub fn reset(&self) {
+        *self.link.write().expect("link lock poisoned") = None;
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let link = match self.current() {
+            Some(link) => link,
+            None => self.relink(None).await?,
+        };
+        match self.send(&link, method, params.clone()).await {
+            // The upstream forgot our session or rejected our credential: rebuild the link
+            // once (re-reading the token file) and retry once.
+            Err(UpstreamError::SessionExpired | UpstreamError::Unauthorized) => {
+                tracing::info!(namespace = %self.namespace, "upstream session or credential rejected; reconnecting");
+                let link = self.relink(Some(link.generation)).await?;
+                self.send(&link, method, params)
+                    .await
+                    .map(|(result, _)| result)
+            }
+            other => other.map(|(result, _)| result),
+        }
+    }
+
+    /// Fetches every page of a list method and returns the items that are JSON objects.
+    pub async fn list_all(&self, method: &str, key: &str) -> Result<Vec<Value>, UpstreamError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut params = Map::new();
+            if let Some(c) = &cursor {
+                params.insert("cursor".into(), json!(c));
+            }
+            let page: Value = serde_json::from_str(self.request(method, params).await?.get())
+                .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
+            let list = page.get(key).and_then(Value::as_array).ok_or_else(|| {
+                UpstreamError::Protocol(format!("{method} result has no {key:?} array"))
+            })?;
+            items.extend(list.iter().filter(|v| v.is_object()).cloned());
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
+                    cursor = Some(next.to_string())
+                }
+                _ => return Ok(items),
+            }
+        }
+        tracing::warn!(namespace = %self.namespace, method, "stopped paginating after {MAX_PAGES} pages");
+        Ok(items)
+    }
+
+    fn current(&self) -> Option<Arc<Link>> {
+        self.link.read().expect("link lock poisoned").clone()
+    }
+
+    /// Rebuilds the link unless another task already did since `failed` was current.
+    async fn relink(&self, failed: Option<u64>) -> Result<Arc<Link>, UpstreamError> {
+        let _one_at_a_time = self.relink.lock().await;
+        if let Some(current) = self.current() {
+            if failed != Some(current.generation) {
+                return Ok(current);
+            }
+        }
+        let link = Arc::new(self.connect().await?);
+        *self.link.write().expect("link lock poisoned") = Some(link.clone());
+        Ok(link)
+    }
+
+    async fn connect(&self) -> Result<Link, UpstreamError> {
+        let auth = self.token.current().await?;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+
+        // 1. The 2026-07-28 probe. Anything but a discover result naming our version means the
+        //    server is legacy — except not reaching it at all, which is just a failure.
+        let probe = Link {
+            era: Era::Modern,
+            session: None,
+            auth: auth.clone(),
+            capabilities: None,
+            generation,
+        };
+        match self.send(&probe, "server/discover", Map::new()).await {
+            Ok((result, _)) => {
+                let result: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
+                let speaks_modern = result
+                    .get("supportedVersions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|v| v.iter().any(|v| v == ProtocolVersion::MODERN.as_str()));
+                if speaks_modern {
+                    let capabilities = Some(
+                        result
+                            .get("capabilities")
+                            .cloned()
+                            .unwrap_or_else(|| json!({})),
+                    );
+                    tracing::info!(namespace = %self.namespace, "upstream speaks 2026-07-28");
+                    return Ok(Link {
+                        capabilities,
+                        ..probe
+                    });
+                }
+            }
+            Err(e) if e.is_unreachable() || matches!(e, UpstreamError::Timeout(_)) => {
+                return Err(e);
+            }
+            Err(_) => {}
+        }
+
+        // 2. The legacy lifecycle.
+        // `initialize` itself goes without version header or session: shaped like a bare request.
+        let init = Link {
+            era: Era::Bare,
+            session: None,
+            auth: auth.clone(),
+            capabilities: None,
+            generation,
+        };
+        let params = json!({
+            "protocolVersion": ProtocolVersion::LATEST_LEGACY.as_str(),
+            "capabilities": {},
+            "clientInfo": { "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") },
+        });
+        let params = params.as_object().cloned().unwrap_or_default();
+        match self.send(&init, "initialize", params).await {
+            Ok((result, session)) => {
+                let result: Value = serde_json::from_str(result.get())
+                    .map_err(|e| UpstreamError::Protocol(format!("initialize result: {e}")))?;
+                let offered = result
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let version = ProtocolVersion::parse(offered)
+                    .filter(|v| !v.is_modern())
+                    .ok_or_else(|| {
+                        UpstreamError::Protocol(format!(
+                            "upstream offered unsupported protocol version {offered:?}"
+                        ))
+                    })?;
+                let capabilities = Some(
+                    result
+                        .get("capabilities")
+                        .cloned()
+                        .unwrap_or_else(|| json!({})),
+                );
+                let link = Link {
+                    era: Era::Legacy(version),
+                    session,
+                    auth,
+                    capabilities,
+                    generation,
+                };
+                self.notify(&link, "notifications/initialized").await?;
+                tracing::info!(namespace = %self.namespace, version = %version, session = link.session.is_some(), "upstream initialized");
+                Ok(link)
+            }
+            Err(UpstreamError::Rpc { code: -32601, .. }) => {
+                tracing::info!(namespace = %self.namespace, "upstream has no initialize; serving it bare");
+                Ok(Link {
+                    era: Era::Bare,
+                    session: None,
+                    auth,
+                    capabilities: None,
+                    generation,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One request/response exchange; returns the raw result and any session id the upstream set.
+    async fn send(
+        &self,
+        link: &Link,
+        method: &str,
+        mut params: Map<String, Value>,
+    ) -> Result<(Box<RawValue>, Option<HeaderValue>), UpstreamError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if link.era == Era::Modern {
+            let meta = params.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(
+                    meta::PROTOCOL_VERSION.into(),
+                    json!(ProtocolVersion::MODERN.as_str()),
+                );
+                meta.insert(meta::CLIENT_CAPABILITIES.into(), json!({}));
+                meta.insert(
+                    meta::CLIENT_INFO.into(),
+                    json!({ "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") }),
+                );
+            }
+        }
+        let name = routing_name(method, &params);
+        let body = serde_json::to_vec(
+            &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
+        )
+        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let mut request = self.post(link, body);
+        if link.era == Era::Modern {
+            request = request.header(mcp_header::METHOD, method);
+            if let Some(name) = name {
+                request = request.header(mcp_header::NAME, name);
+            }
+        }
+        let exchange = async {
+            let response = request.send().await.map_err(|e| self.transport_error(e))?;
+            let session = response.headers().get(mcp_header::SESSION_ID).cloned();
+            let result = self.read_response(link, response, id).await?;
+            Ok((result, session))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| UpstreamError::Timeout(self.timeout))?
+    }
+
+    async fn notify(&self, link: &Link, method: &str) -> Result<(), UpstreamError> {
+        let body = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "method": method }))
+            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let send = self.post(link, body).send();
+        let response = tokio::time::timeout(self.timeout, send)
+            .await
+            .map_err(|_| UpstreamError::Timeout(self.timeout))?
+            .map_err(|e| self.transport_error(e))?;
+        match response.status() {
+            s if s.is_success() => Ok(()),
+            s => Err(UpstreamError::Status(s)),
+        }
+    }
+
+    /// A POST with every per-hop header derived here — never copied from the agent's request.
+    fn post(&self, link: &Link, body: Vec<u8>) -> reqwest::RequestBuilder {
+        let mut headers = self.static_headers.clone();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let version = match link.era {
+            Era::Modern => Some(ProtocolVersion::MODERN),
+            // The header arrived with 2025-06-18; the session's negotiated version, never the agent's.
+            Era::Legacy(v) if v >= ProtocolVersion::V2025_06_18 => Some(v),
+            Era::Legacy(_) | Era::Bare => None,
+        };
+        if let Some(v) = version {
+            headers.insert(
+                HeaderName::from_static(mcp_header::PROTOCOL_VERSION),
+                HeaderValue::from_static(v.as_str()),
+            );
+        }
+        if let Some(session) = &link.session {
+            headers.insert(
+                HeaderName::from_static(mcp_header::SESSION_ID),
+                session.clone(),
+            );
+        }
+        if let Some(auth) = &link.auth {
+            headers.insert(header::AUTHORIZATION, auth.clone());
+            // Bamboo/PanDA servers read the raw token from X-Auth-Token.
+            if let Some(raw) = auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) {
+                if let Ok(mut v) = HeaderValue::from_str(raw) {
+                    v.set_sensitive(true);
+                    headers.insert(HeaderName::from_static("x-auth-token"), v);
+                }
+            }
+        }
+        self.http.post(self.url.clone()).headers(headers).body(body)
+    }
+
+    async fn read_response(
+        &self,
+        link: &Link,
+        response: reqwest::Response,
+        id: u64,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let status = response.status();
+        if status == StatusCode::ACCEPTED {
+            return Err(UpstreamError::Protocol(
+                "202 Accepted in answer to a request".into(),
+            ));
+        }
+        if status.is_success() {
+            let is_sse = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|ct| ct.starts_with("text/event-stream"));
+            return if is_sse {
+                self.read_sse(response, id).await
+            } else {
+                self.read_json(response, id).await
+            };
+        }
+        let has_session = link.session.is_some();
+        match status {
+            StatusCode::UNAUTHORIZED => Err(UpstreamError::Unauthorized),
+            StatusCode::NOT_FOUND if has_session => Err(UpstreamError::SessionExpired),
+            _ => {
+                let body = read_capped(response, ERROR_BODY_CAP)
+                    .await
+                    .unwrap_or_default();
+                // The reference servers answer an unknown session with 400 "No valid session ID".
+                if has_session
+                    && status == StatusCode::BAD_REQUEST
+                    && contains_ci(&body, b"session")
+                {
+                    return Err(UpstreamError::SessionExpired);
+                }
+                // A JSON-RPC error in a 4xx body (2026-07-28 sends -32601 with 404) says more
+                // than the status.
+                match parse_response(&body, id) {
+                    Ok(Err(e)) => Err(e),
+                    _ => Err(UpstreamError::Status(status)),
+                }
+            }
+        }
+    }
+
+    async fn read_json(
+        &self,
+        response: reqwest::Response,
+        id: u64,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let body = read_capped(response, self.max_response_bytes).await?;
+        // A lone JSON body is the answer, whatever its id says.
+        parse_response(&body, id).unwrap_or_else(|Skip| {
+            Err(UpstreamError::Protocol(
+                "JSON body is not the response".into(),
+            ))
+        })
+    }
+
+    /// Reads SSE events until the response to `id` arrives. Messages that are not our response
+    /// (progress, logs, server requests) are skipped here; relaying them is the relay layer's job.
+    async fn read_sse(
+        &self,
+        response: reqwest::Response,
+        id: u64,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        let cap = self.max_response_bytes;
+        let mut seen = 0usize;
+        let bytes = response.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            seen += chunk.len();
+            if seen > cap {
+                return Err(std::io::Error::other(UpstreamError::TooLarge(cap)));
+            }
+            Ok::<Bytes, std::io::Error>(chunk)
+        });
+        let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| match e {
+                sse_stream::Error::Body(inner) if inner.to_string().contains("exceeds") => {
+                    UpstreamError::TooLarge(cap)
+                }
+                other => UpstreamError::Protocol(format!("SSE: {other}")),
+            })?;
+            let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                continue;
+            };
+            if event.event.as_deref().is_some_and(|e| e != "message") {
+                continue;
+            }
+            match parse_response(data.as_bytes(), id) {
+                Ok(result) => return result,
+                Err(Skip) => continue,
+            }
+        }
+        Err(UpstreamError::Protocol(
+            "event stream ended before the response".into(),
+        ))
+    }
+
+    fn transport_error(&self, e: reqwest::Error) -> UpstreamError {
+        if e.is_timeout() {
+            UpstreamError::Timeout(self.timeout)
+        } else {
+            UpstreamError::Connect(e)
+        }
+    }
+}
+
+/// Not the response we wait for (a notification or server request on the same stream).
+struct Skip;
+
+/// Parses one JSON-RPC message; `Err(Skip)` if it is not the response to `id`.
+fn parse_response(body: &[u8], id: u64) -> Result<Result<Box<RawValue>, UpstreamError>, Skip> {
+    let message: RpcResponse = match serde_json::from_slice(body) {
+        Ok(m) => m,
+        Err(e) => {
+            return Ok(Err(UpstreamError::Protocol(format!(
+                "invalid JSON-RPC response: {e}"
+            ))));
+        }
+    };
+    if message.method.is_some() {
+        return Err(Skip);
+    }
+    let id_matches = message
+        .id
+        .as_ref()
+        .is_none_or(|v| v.as_u64() == Some(id) || v.is_null());
+    if !id_matches {
+        return Err(Skip);
+    }
+    Ok(match (message.result, message.error) {
+        (Some(result), None) => Ok(result),
+        (_, Some(error)) => Err(UpstreamError::Rpc {
+            code: error.code,
+            message: error.message,
+        }),
+        (None, None) => Err(UpstreamError::Protocol(
+            "response has neither result nor error".into(),
+        )),
+    })
+}
+
+/// `Mcp-Name` for 2026-07-28: the upstream-local tool/prompt name or resource URI, base64-wrapped
+/// when it is not plain visible ASCII.
+fn routing_name(method: &str, params: &Map<String, Value>) -> Option<HeaderValue> {
+    let key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return None,
+    };
+    let value = params.get(key)?.as_str()?;
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| (0x21..=0x7e).contains(&b))
+        && !(value.starts_with("=?") && value.ends_with("?="));
+    if plain {
+        HeaderValue::from_str(value).ok()
+    } else {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(value.as_bytes());
+        HeaderValue::from_str(&format!("=?base64?{encoded}?=")).ok()
+    }
+}
+
+async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Bytes, UpstreamError> {
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(UpstreamError::TooLarge(cap));
+    }
+    let mut body = BytesMut::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(UpstreamError::Connect)?;
+        if body.len() + chunk.len() > cap {
+            return Err(UpstreamError::TooLarge(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+fn contains_ci(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_name_wraps_non_ascii_in_base64() {
+        let params = json!({"name": "echo"});
+        assert_eq!(
+            routing_name("tools/call", params.as_object().unwrap()).unwrap(),
+            "echo"
+        );
+        let params = json!({"name": "héllo wörld"});
+        let v = routing_name("tools/call", params.as_object().unwrap()).unwrap();
+        assert!(v.to_str().unwrap().starts_with("=?base64?"));
+        assert!(routing_name("tools/list", &Map::new()).is_none());
+    }
+
+    #[test]
+    fn responses_for_other_ids_and_notifications_are_skipped() {
+        assert!(
+            parse_response(br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#, 1).is_err()
+        );
+        assert!(parse_response(br#"{"jsonrpc":"2.0","id":2,"result":{}}"#, 1).is_err());
+        let ok = parse_response(br#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#, 1)
+            .ok()
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.get(), r#"{"a":1}"#);
+        let err = parse_response(
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}"#,
+            1,
+        )
+        .ok()
+        .unwrap();
+        assert!(matches!(err, Err(UpstreamError::Rpc { code: -32601, .. })));
+    }
+}
