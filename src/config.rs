@@ -114,7 +114,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct UpstreamConfig {
     pub namespace: String,
     pub url: Url,
@@ -127,6 +127,31 @@ pub struct UpstreamConfig {
     pub ping_interval: Duration,
     pub probe_interval: Duration,
     pub pin: Vec<String>,
+}
+
+/// Hand-written so a URL password (sent as Basic auth) and static header values (often API keys)
+/// never reach a log through `{:?}`.
+impl fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut url = self.url.clone();
+        if url.password().is_some() {
+            let _ = url.set_password(Some("redacted"));
+        }
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("UpstreamConfig")
+            .field("namespace", &self.namespace)
+            .field("url", &url.as_str())
+            .field("auth", &self.auth)
+            .field("origin", &self.origin)
+            .field("headers", &header_names)
+            .field("tls_verify", &self.tls_verify)
+            .field("ca_bundle", &self.ca_bundle)
+            .field("timeout", &self.timeout)
+            .field("ping_interval", &self.ping_interval)
+            .field("probe_interval", &self.probe_interval)
+            .field("pin", &self.pin)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -634,6 +659,12 @@ fn namespace_problem(ns: &str, separator: &str) -> Option<String> {
     if ns.contains(separator) {
         return Some(format!(
             "namespace {ns:?} contains the separator {separator:?}; rename it or change gateway.separator"
+        ));
+    }
+    // `a_` + `__` + `b` would read back as namespace `a`: the split must be unambiguous.
+    if ns.ends_with(|c| separator.contains(c)) {
+        return Some(format!(
+            "namespace {ns:?} ends with a character of the separator {separator:?}"
         ));
     }
     if ns == RESERVED_NAMESPACE {

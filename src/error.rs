@@ -46,6 +46,9 @@ pub enum GatewayError {
     MethodNotFound,
     #[error("invalid params: {0}")]
     InvalidParams(FieldError),
+    /// 2026-07-28: the `_meta` envelope (or a header standing in for it) is missing or wrong.
+    #[error("invalid request envelope: {0}")]
+    InvalidEnvelope(FieldError),
     /// Unknown — or hidden, which must look the same — tool, prompt or namespace.
     #[error("unknown tool")]
     UnknownTool { name: String },
@@ -133,6 +136,7 @@ impl GatewayError {
             Self::InvalidRequest(_) | Self::BatchNotSupported(_) => "invalid_request",
             Self::MethodNotFound => "method_not_found",
             Self::InvalidParams(_) => "invalid_arguments",
+            Self::InvalidEnvelope(_) => "invalid_envelope",
             // Hidden and unknown must be indistinguishable, so they share one class.
             Self::UnknownTool { .. } => "unknown_tool",
             Self::UnknownPrompt { .. } => "unknown_prompt",
@@ -158,9 +162,10 @@ impl GatewayError {
             Self::Parse => code::PARSE_ERROR,
             Self::InvalidRequest(_) | Self::BatchNotSupported(_) => code::INVALID_REQUEST,
             Self::MethodNotFound => code::METHOD_NOT_FOUND,
-            Self::InvalidParams(_) | Self::UnknownTool { .. } | Self::UnknownPrompt { .. } => {
-                code::INVALID_PARAMS
-            }
+            Self::InvalidParams(_)
+            | Self::InvalidEnvelope(_)
+            | Self::UnknownTool { .. }
+            | Self::UnknownPrompt { .. } => code::INVALID_PARAMS,
             Self::ResourceNotFound => match era {
                 WireEra::Legacy => code::RESOURCE_NOT_FOUND,
                 WireEra::Modern => code::INVALID_PARAMS,
@@ -207,9 +212,9 @@ impl GatewayError {
             | Self::UpstreamError { .. }
             | Self::DeadlineExceeded { .. }
             | Self::Internal(_) => StatusCode::OK,
-            Self::UnsupportedProtocolVersion { .. } | Self::HeaderMismatch(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::UnsupportedProtocolVersion { .. }
+            | Self::HeaderMismatch(_)
+            | Self::InvalidEnvelope(_) => StatusCode::BAD_REQUEST,
             Self::OriginForbidden | Self::HostForbidden => StatusCode::FORBIDDEN,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -231,6 +236,7 @@ impl GatewayError {
             }
             Self::MethodNotFound => "Method not found".into(),
             Self::InvalidParams(field) => format!("Invalid params: {field}"),
+            Self::InvalidEnvelope(field) => format!("Invalid request envelope: {field}"),
             Self::UnknownTool { name } => format!("Unknown tool: {}", printable(name)),
             Self::UnknownPrompt { name } => format!("Unknown prompt: {}", printable(name)),
             Self::ResourceNotFound => "Resource not found".into(),
@@ -267,7 +273,9 @@ impl GatewayError {
     pub fn public_data(&self) -> Value {
         let mut data = json!({ "_meta": { "gatehouse/error": self.class() } });
         match self {
-            Self::InvalidParams(field) => data["field"] = json!(field.path),
+            Self::InvalidParams(field) | Self::InvalidEnvelope(field) => {
+                data["field"] = json!(field.path)
+            }
             Self::UpstreamUnavailable { namespace, .. }
             | Self::UpstreamError { namespace, .. }
             | Self::DeadlineExceeded { namespace } => data["upstream"] = json!(namespace),

@@ -110,11 +110,37 @@ impl<'de> Deserialize<'de> for LogFormat {
 }
 
 /// `"30s"`, `"12m"`, `"500ms"`, `"1h"`, or a bare integer meaning seconds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum RawDuration {
     Seconds(u64),
     Text(String),
+}
+
+/// Not `#[serde(untagged)]`: its "data did not match any variant" error says nothing useful.
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a duration such as \"500ms\", \"30s\", \"12m\" or \"1h\", or whole seconds",
+                )
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Seconds(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<RawDuration, E> {
+                u64::try_from(n)
+                    .map(RawDuration::Seconds)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(n), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<RawDuration, E> {
+                Ok(RawDuration::Text(s.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 impl RawDuration {
@@ -145,13 +171,18 @@ impl RawDuration {
     }
 }
 
+/// The field name `serde_spanned` deserialises a spanned value through (crate-private there).
+const SPANNED_VALUE_SEGMENT: &str = ".$__serde_spanned_private_value";
+
 impl RawConfig {
     /// Parses TOML, reporting the failing key path (`upstreams[1].url`) and line.
     pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
         let de = toml::de::Deserializer::parse(text)
             .map_err(|e| toml_error(text, "(file)".into(), &e))?;
         serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
+            // `Sp<T>` goes through `toml::Spanned`, whose private field would otherwise show up
+            // in the path (`upstreams[0].origin.$__serde_spanned_private_value`).
+            let path = e.path().to_string().replace(SPANNED_VALUE_SEGMENT, "");
             let path = if path == "." {
                 "(top level)".into()
             } else {

@@ -220,7 +220,7 @@ impl Front {
             .get(mcp_header::PROTOCOL_VERSION)
             .map(|v| v.to_str().unwrap_or("?"));
         if header_version == Some(ProtocolVersion::MODERN.as_str()) {
-            let e = GatewayError::InvalidParams(FieldError {
+            let e = GatewayError::InvalidEnvelope(FieldError {
                 path: "params._meta".into(),
                 rule: format!(
                     "a 2026-07-28 request must carry {:?} in params._meta",
@@ -442,13 +442,13 @@ fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), GatewayError> 
         .as_ref()
         .and_then(Value::as_str)
         .ok_or_else(|| {
-            GatewayError::InvalidParams(FieldError {
+            GatewayError::InvalidEnvelope(FieldError {
                 path: format!("params._meta.{}", meta::PROTOCOL_VERSION),
                 rule: "expected a string".into(),
             })
         })?;
     if !envelope.capabilities.as_ref().is_some_and(Value::is_object) {
-        return Err(GatewayError::InvalidParams(FieldError {
+        return Err(GatewayError::InvalidEnvelope(FieldError {
             path: format!("params._meta.{}", meta::CLIENT_CAPABILITIES),
             rule: "required: an object".into(),
         }));

@@ -224,10 +224,11 @@ pub fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T,
     let mut de = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." {
-            "params".to_string()
-        } else {
-            format!("params.{path}")
+        let path = match path.as_str() {
+            "." => "params".to_string(),
+            // A top-level index joins without a dot: `params[0]`, not `params.[0]`.
+            p if p.starts_with('[') => format!("params{p}"),
+            p => format!("params.{p}"),
         };
         GatewayError::InvalidParams(field_error(path, &e.into_inner().to_string()))
     })
@@ -250,7 +251,9 @@ fn field_error(path: String, message: &str) -> FieldError {
             rule: "required".into(),
         };
     }
-    let rule = match message.split_once("expected ") {
+    // The *last* "expected": serde puts the offending value first, and a value may itself
+    // contain the word.
+    let rule = match message.rsplit_once("expected ") {
         Some((_, expected)) => {
             let expected = expected.split(" at line ").next().unwrap_or(expected);
             format!("expected {expected}")

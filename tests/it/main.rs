@@ -1,1 +1,12 @@
+//! The one integration-test binary: real gateway processes, real loopback sockets, real peers.
 
+mod support;
+
+mod cli;
+mod faults;
+mod front_legacy;
+mod front_modern;
+mod interop;
+mod routing;
+mod security;
+mod upstream_client;

@@ -1,0 +1,154 @@
+//! The `gatehouse` command line: `check`, config errors, config path fallbacks, `--stdio`.
+
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::support::*;
+
+fn write_config(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn check_prints_the_resolved_plan_without_secrets() {
+    let (_dir, path) = write_config(
+        "[gateway]\nbearer_token_env = \"GW\"\n[[upstreams]]\nnamespace = \"bamboo\"\nurl = \"https://user:pw@bamboo.example.com/mcp\"\nbearer_token_env = \"UP\"\n",
+    );
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("GW", "gw-secret")
+        .env("UP", "up-secret")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan = String::from_utf8(out.stdout).unwrap();
+    for expected in [
+        "listen: http://127.0.0.1:8090/mcp",
+        "bearer token from $GW",
+        "bamboo",
+        "bearer from $UP",
+        "https://bamboo.example.com/mcp",
+    ] {
+        assert!(
+            plan.contains(expected),
+            "{expected:?} missing from:\n{plan}"
+        );
+    }
+    for secret in ["gw-secret", "up-secret", "pw@"] {
+        assert!(!plan.contains(secret), "{secret} leaked:\n{plan}");
+    }
+}
+
+#[test]
+fn invalid_configs_name_the_key_and_line() {
+    let (_dir, path) = write_config(
+        "[gateway]\nauth_disabled = true\n\n[[upstreams]]\nnamespace = \"a\"\nurl = \"localhost:8000\"\n",
+    );
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("line 6")
+            && err.contains("upstreams[0].url")
+            && err.contains("expected an absolute http(s) URL"),
+        "{err}"
+    );
+
+    let (_dir, path) = write_config("[gateway]\nauth_disabled = true\nbogus = 1\n");
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("gateway.bogus") && err.contains("line 3") && err.contains("unknown field"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_path_falls_back_to_gatehouse_then_panda_env() {
+    let (_dir, path) = write_config("[gateway]\nauth_disabled = true\n");
+    for var in ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"] {
+        let out = Command::new(BIN)
+            .arg("check")
+            .env_remove("GATEHOUSE_CONFIG")
+            .env(var, &path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{var}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(BIN)
+        .arg("check")
+        .env_remove("GATEHOUSE_CONFIG")
+        .env_remove("PANDA_GATEWAY_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
+}
+
+#[tokio::test]
+async fn stdio_mode_serves_mcp_on_stdin_and_stdout() {
+    let up = FakeUpstream::new().echo_tool("echo").start().await;
+    let (_dir, path) = write_config(&config_for(&[("fake", &up.url())]));
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("--stdio")
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = async |message: Value| {
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})).await;
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "fake__echo", "arguments": {"message": "via stdio"}}})).await;
+    send(json!("not a message")).await;
+    let mut by_id = std::collections::HashMap::new();
+    while by_id.len() < 4 {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message.get("method").is_some() {
+            continue; // a notification (e.g. tools/list_changed once the catalog loads)
+        }
+        by_id.insert(message["id"].to_string(), message);
+    }
+    assert_eq!(by_id["1"]["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(by_id["2"]["result"]["tools"][0]["name"], "fake__echo");
+    assert_eq!(by_id["3"]["result"]["content"][0]["text"], "via stdio");
+    assert_eq!(by_id["null"]["error"]["code"], -32600);
+}
