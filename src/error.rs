@@ -54,10 +54,15 @@ pub enum GatewayError {
     UnknownTool { name: String },
     #[error("unknown prompt")]
     UnknownPrompt { name: String },
+    /// `uri` is the caller's own (exposed) URI, echoed as `data.uri`.
     #[error("resource not found")]
-    ResourceNotFound,
+    ResourceNotFound { uri: String },
     #[error("unsupported protocol version")]
     UnsupportedProtocolVersion { requested: String },
+    /// 2026-07-28: the request needs a client capability it did not declare. `required` is a
+    /// capabilities object rebuilt from known capability names only.
+    #[error("missing required client capability")]
+    MissingCapability { required: Value },
     /// 2026-07-28: an `Mcp-*` header disagrees with (or is missing for) the body.
     #[error("header {0} does not match the request body")]
     HeaderMismatch(&'static str),
@@ -113,6 +118,7 @@ pub mod code {
     /// Legacy "resource not found"; retired in 2026-07-28 (use -32602).
     pub const RESOURCE_NOT_FOUND: i64 = -32002;
     pub const HEADER_MISMATCH: i64 = -32020;
+    pub const MISSING_CAPABILITY: i64 = -32021;
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
     /// Gatehouse's own codes live outside the reserved -32768..-32000 range.
     pub const UNAUTHENTICATED: i64 = -31001;
@@ -140,9 +146,10 @@ impl GatewayError {
             // Hidden and unknown must be indistinguishable, so they share one class.
             Self::UnknownTool { .. } => "unknown_tool",
             Self::UnknownPrompt { .. } => "unknown_prompt",
-            Self::ResourceNotFound => "resource_not_found",
+            Self::ResourceNotFound { .. } => "resource_not_found",
             Self::UnsupportedProtocolVersion { .. } => "unsupported_protocol_version",
             Self::HeaderMismatch(_) => "header_mismatch",
+            Self::MissingCapability { .. } => "missing_capability",
             Self::OriginForbidden | Self::HostForbidden => "forbidden",
             Self::NotAcceptable(_) | Self::UnsupportedMediaType | Self::HttpMethodNotAllowed => {
                 "invalid_request"
@@ -166,7 +173,7 @@ impl GatewayError {
             | Self::InvalidEnvelope(_)
             | Self::UnknownTool { .. }
             | Self::UnknownPrompt { .. } => code::INVALID_PARAMS,
-            Self::ResourceNotFound => match era {
+            Self::ResourceNotFound { .. } => match era {
                 WireEra::Legacy => code::RESOURCE_NOT_FOUND,
                 WireEra::Modern => code::INVALID_PARAMS,
             },
@@ -175,6 +182,7 @@ impl GatewayError {
                 WireEra::Modern => code::UNSUPPORTED_PROTOCOL_VERSION,
             },
             Self::HeaderMismatch(_) => code::HEADER_MISMATCH,
+            Self::MissingCapability { .. } => code::MISSING_CAPABILITY,
             Self::OriginForbidden
             | Self::HostForbidden
             | Self::NotAcceptable(_)
@@ -207,13 +215,14 @@ impl GatewayError {
             Self::InvalidParams(_)
             | Self::UnknownTool { .. }
             | Self::UnknownPrompt { .. }
-            | Self::ResourceNotFound
+            | Self::ResourceNotFound { .. }
             | Self::UpstreamUnavailable { .. }
             | Self::UpstreamError { .. }
             | Self::DeadlineExceeded { .. }
             | Self::Internal(_) => StatusCode::OK,
             Self::UnsupportedProtocolVersion { .. }
             | Self::HeaderMismatch(_)
+            | Self::MissingCapability { .. }
             | Self::InvalidEnvelope(_) => StatusCode::BAD_REQUEST,
             Self::OriginForbidden | Self::HostForbidden => StatusCode::FORBIDDEN,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
@@ -239,13 +248,16 @@ impl GatewayError {
             Self::InvalidEnvelope(field) => format!("Invalid request envelope: {field}"),
             Self::UnknownTool { name } => format!("Unknown tool: {}", printable(name)),
             Self::UnknownPrompt { name } => format!("Unknown prompt: {}", printable(name)),
-            Self::ResourceNotFound => "Resource not found".into(),
+            Self::ResourceNotFound { .. } => "Resource not found".into(),
             Self::UnsupportedProtocolVersion { .. } => format!(
                 "Unsupported protocol version (supported versions: {})",
                 SUPPORTED_VERSIONS.join(", ")
             ),
             Self::HeaderMismatch(header) => {
                 format!("Header mismatch: {header} does not match the request body")
+            }
+            Self::MissingCapability { .. } => {
+                "Missing required client capability (see data.requiredCapabilities)".into()
             }
             Self::OriginForbidden => "Forbidden: Origin not allowed".into(),
             Self::HostForbidden => "Forbidden: Host not allowed".into(),
@@ -284,13 +296,17 @@ impl GatewayError {
                 data["requested"] = json!(printable(requested));
             }
             Self::HeaderMismatch(header) => data["header"] = json!(header),
+            Self::ResourceNotFound { uri } if !uri.is_empty() => {
+                data["uri"] = json!(printable(uri))
+            }
+            Self::MissingCapability { required } => data["requiredCapabilities"] = required.clone(),
             Self::Parse
             | Self::InvalidRequest(_)
             | Self::BatchNotSupported(_)
             | Self::MethodNotFound
             | Self::UnknownTool { .. }
             | Self::UnknownPrompt { .. }
-            | Self::ResourceNotFound
+            | Self::ResourceNotFound { .. }
             | Self::OriginForbidden
             | Self::HostForbidden
             | Self::NotAcceptable(_)

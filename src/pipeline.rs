@@ -98,7 +98,14 @@ fn upstream_error(namespace: &str, e: UpstreamError) -> GatewayError {
             rule: format!("rejected by upstream {namespace}"),
         }),
         UpstreamError::Rpc { code: -32601, .. } => GatewayError::MethodNotFound,
-        UpstreamError::Rpc { code: -32002, .. } => GatewayError::ResourceNotFound,
+        UpstreamError::Rpc {
+            code: -32021, data, ..
+        } => GatewayError::MissingCapability {
+            required: known_capabilities(data.as_ref().and_then(|d| d.get("requiredCapabilities"))),
+        },
+        UpstreamError::Rpc { code: -32002, .. } => {
+            GatewayError::ResourceNotFound { uri: String::new() }
+        }
         UpstreamError::Rpc { .. }
         | UpstreamError::Status(_)
         | UpstreamError::SessionExpired
@@ -109,4 +116,33 @@ fn upstream_error(namespace: &str, e: UpstreamError) -> GatewayError {
             source: Some(Box::new(e)),
         },
     }
+}
+
+/// Rebuilds an upstream's `requiredCapabilities` from capability names we know, so no other
+/// upstream content reaches the agent.
+fn known_capabilities(required: Option<&Value>) -> Value {
+    const KNOWN: [&str; 5] = ["sampling", "elicitation", "roots", "tasks", "extensions"];
+    let mut out = Map::new();
+    if let Some(required) = required.and_then(Value::as_object) {
+        for name in KNOWN {
+            if let Some(value) = required.get(name) {
+                let inner = match (name, value.as_object()) {
+                    // Extension ids are `vendor/name` tokens; anything else is dropped.
+                    ("extensions", Some(ext)) => Value::Object(
+                        ext.keys()
+                            .filter(|k| {
+                                k.len() <= 128
+                                    && k.chars()
+                                        .all(|c| c.is_ascii_alphanumeric() || "./-_".contains(c))
+                            })
+                            .map(|k| (k.clone(), json!({})))
+                            .collect(),
+                    ),
+                    _ => json!({}),
+                };
+                out.insert(name.to_string(), inner);
+            }
+        }
+    }
+    Value::Object(out)
 }

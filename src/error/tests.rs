@@ -33,7 +33,7 @@ fn variant_number(e: &GatewayError) -> usize {
         GatewayError::InvalidParams(_) => 4,
         GatewayError::UnknownTool { .. } => 5,
         GatewayError::UnknownPrompt { .. } => 6,
-        GatewayError::ResourceNotFound => 7,
+        GatewayError::ResourceNotFound { .. } => 7,
         GatewayError::UnsupportedProtocolVersion { .. } => 8,
         GatewayError::HeaderMismatch(_) => 9,
         GatewayError::OriginForbidden => 10,
@@ -50,9 +50,10 @@ fn variant_number(e: &GatewayError) -> usize {
         GatewayError::DeadlineExceeded { .. } => 21,
         GatewayError::Internal(_) => 22,
         GatewayError::InvalidEnvelope(_) => 23,
+        GatewayError::MissingCapability { .. } => 24,
     }
 }
-const VARIANTS: usize = 24;
+const VARIANTS: usize = 25;
 
 fn table() -> Vec<Row> {
     use StatusCode as S;
@@ -112,6 +113,17 @@ fn table() -> Vec<Row> {
             message: "Invalid request envelope: params._meta.x: required: an object",
         },
         Row {
+            error: GatewayError::MissingCapability {
+                required: json!({"elicitation": {}}),
+            },
+            legacy_code: -32021,
+            modern_code: -32021,
+            legacy_status: S::BAD_REQUEST,
+            modern_status: S::BAD_REQUEST,
+            class: "missing_capability",
+            message: "Missing required client capability (see data.requiredCapabilities)",
+        },
+        Row {
             error: GatewayError::UnknownTool {
                 name: "alpha__echo".into(),
             },
@@ -134,7 +146,7 @@ fn table() -> Vec<Row> {
             message: "Unknown prompt: alpha__greet",
         },
         Row {
-            error: GatewayError::ResourceNotFound,
+            error: GatewayError::ResourceNotFound { uri: String::new() },
             legacy_code: -32002,
             modern_code: -32602,
             legacy_status: S::OK,
@@ -418,6 +430,7 @@ fn public_data_carries_only_gateway_owned_detail() {
                 | GatewayError::DeadlineExceeded { .. }
                 | GatewayError::UnsupportedProtocolVersion { .. }
                 | GatewayError::HeaderMismatch(_)
+                | GatewayError::MissingCapability { .. }
         ) {
             continue;
         }

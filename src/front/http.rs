@@ -27,7 +27,7 @@ use super::{Answer, Ctx, Era, Front};
 use crate::config::is_loopback_host;
 use crate::error::{FieldError, GatewayError, WireEra};
 use crate::pipeline::Principal;
-use crate::protocol::jsonrpc::{self, Incoming, Message, Request, parse_params};
+use crate::protocol::jsonrpc::{self, Incoming, Message, Request, RequestId, parse_params};
 use crate::protocol::{ProtocolVersion, header as mcp_header, meta, sse};
 
 pub fn router(front: Arc<Front>) -> Router {
@@ -68,11 +68,12 @@ async fn mcp_post(State(front): State<Arc<Front>>, headers: HeaderMap, body: Bod
         }
     };
     match incoming {
-        Incoming::Single(Message::Request(req)) if req.method == "initialize" => {
-            front.initialize(principal, req)
-        }
+        // A 2026-07-28 envelope wins even on `initialize`, which that revision removed (-32601).
         Incoming::Single(Message::Request(req)) if modern_envelope(&req).is_some() => {
             front.modern(&headers, principal, req).await
+        }
+        Incoming::Single(Message::Request(req)) if req.method == "initialize" => {
+            front.initialize(principal, req)
         }
         other => front.legacy(&headers, principal, other).await,
     }
@@ -216,6 +217,12 @@ impl Front {
         principal: Principal,
         incoming: Incoming,
     ) -> Response {
+        // Rejections below still echo the request's id when there is one.
+        let id = match &incoming {
+            Incoming::Single(Message::Request(req)) => Some(req.id.clone()),
+            _ => None,
+        };
+        let id = id.as_ref().map(RequestId::raw);
         let header_version = headers
             .get(mcp_header::PROTOCOL_VERSION)
             .map(|v| v.to_str().unwrap_or("?"));
@@ -227,17 +234,18 @@ impl Front {
                     meta::PROTOCOL_VERSION
                 ),
             });
-            return self.reject_with_id(WireEra::Modern, None, &e);
+            return self.reject_with_id(WireEra::Modern, id, &e);
         }
         let session = match self.session(headers, &principal) {
             Ok(session) => session,
-            Err(e) => return self.reject(&e),
+            Err(e) => return self.reject_with_id(WireEra::Legacy, id, &e),
         };
         if let Some(v) = header_version {
             if ProtocolVersion::parse(v).is_none_or(ProtocolVersion::is_modern) {
-                return self.reject(&GatewayError::UnsupportedProtocolVersion {
+                let e = GatewayError::UnsupportedProtocolVersion {
                     requested: v.to_string(),
-                });
+                };
+                return self.reject_with_id(WireEra::Legacy, id, &e);
             }
         }
         let ctx = Ctx {

@@ -76,7 +76,7 @@ impl Front {
         if params.get("arguments").is_some_and(|a| !a.is_object()) {
             return Err(invalid("params.arguments", "expected an object"));
         }
-        strip_protocol_meta(&mut params);
+        strip_protocol_meta(ctx, &mut params);
         self.warm_up().await;
         let result = self
             .pipeline
@@ -98,15 +98,23 @@ impl Front {
         let uri = take_string(&mut params, "uri")?;
         self.warm_up().await;
         let snapshot = self.catalog.snapshot();
-        let route = snapshot
-            .resource(&uri)
-            .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound))?;
+        let route = snapshot.resource(&uri).map_err(|miss| {
+            miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.clone() })
+        })?;
         params.insert("uri".into(), json!(&*route.name));
-        strip_protocol_meta(&mut params);
+        strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
             .forward(&route, "resources/read", params)
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // 2026-07-28 upstreams say "not found" with -32602; either way the agent gets
+                // the not-found of its own era, naming its own URI.
+                GatewayError::ResourceNotFound { .. } | GatewayError::InvalidParams(_) => {
+                    GatewayError::ResourceNotFound { uri: uri.clone() }
+                }
+                other => other,
+            })?;
         // Contents name the upstream's URIs; agents must see the exposed ones.
         let mut result: Value = serde_json::from_str(raw.get()).map_err(GatewayError::internal)?;
         if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
@@ -136,7 +144,7 @@ impl Front {
                 miss_error(miss, || GatewayError::UnknownPrompt { name: name.clone() })
             })?;
         params.insert("name".into(), json!(&*route.name));
-        strip_protocol_meta(&mut params);
+        strip_protocol_meta(ctx, &mut params);
         let raw = self.pipeline.forward(&route, "prompts/get", params).await?;
         Ok(self.finish_raw(ctx, raw))
     }
@@ -187,9 +195,11 @@ impl Front {
                     .ok_or_else(|| invalid("params.ref.uri", "expected a string"))?;
                 (
                     "uri",
-                    snapshot
-                        .resource(uri)
-                        .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound))?,
+                    snapshot.resource(uri).map_err(|miss| {
+                        miss_error(miss, || GatewayError::ResourceNotFound {
+                            uri: uri.to_string(),
+                        })
+                    })?,
                 )
             }
             _ => {
@@ -200,7 +210,7 @@ impl Front {
             }
         };
         reference.insert(field.into(), json!(&*route.name));
-        strip_protocol_meta(&mut params);
+        strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
             .forward(&route, "completion/complete", params)
@@ -263,12 +273,15 @@ fn take_string(params: &mut Map<String, Value>, key: &str) -> Result<String, Gat
     }
 }
 
-/// The agent's protocol `_meta` (version, capabilities, client info) describes the agent's hop,
-/// not ours; the upstream transport adds its own. Everything else (e.g. `progressToken`) passes.
-fn strip_protocol_meta(params: &mut Map<String, Value>) {
+/// The agent's protocol `_meta` (version, client info) describes the agent's hop, not ours; the
+/// upstream transport adds its own. A 2026-07-28 agent's declared capabilities travel on, so a
+/// 2026-07-28 upstream may ask it for input (MRTR `inputRequests` pass through opaquely).
+/// Everything else (e.g. `progressToken`) passes unchanged.
+fn strip_protocol_meta(ctx: &Ctx, params: &mut Map<String, Value>) {
     if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
         meta.retain(|k, _| {
-            !k.starts_with("io.modelcontextprotocol/") && !k.starts_with("gatehouse/")
+            (ctx.era == Era::Modern && k == meta::CLIENT_CAPABILITIES)
+                || (!k.starts_with("io.modelcontextprotocol/") && !k.starts_with("gatehouse/"))
         });
         if meta.is_empty() {
             params.remove("_meta");

@@ -84,8 +84,12 @@ pub enum UpstreamError {
     TooLarge(usize),
     #[error("malformed response: {0}")]
     Protocol(String),
-    #[error("JSON-RPC error {code}")]
-    Rpc { code: i64, message: String },
+    #[error("JSON-RPC error {code}: {message}")]
+    Rpc {
+        code: i64,
+        message: String,
+        data: Option<serde_json::Value>,
+    },
     #[error("token file {path}: {reason}")]
     TokenFile { path: String, reason: String },
 }

@@ -72,6 +72,8 @@ struct RpcErrorBody {
     code: i64,
     #[serde(default)]
     message: String,
+    #[serde(default)]
+    data: Option<Value>,
 }
 
 impl StreamableHttp {
@@ -291,18 +293,28 @@ impl StreamableHttp {
         mut params: Map<String, Value>,
     ) -> Result<(Box<RawValue>, Option<HeaderValue>), UpstreamError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        if link.era == Era::Modern {
-            let meta = params.entry("_meta").or_insert_with(|| json!({}));
-            if let Some(meta) = meta.as_object_mut() {
-                meta.insert(
-                    meta::PROTOCOL_VERSION.into(),
-                    json!(ProtocolVersion::MODERN.as_str()),
-                );
-                meta.insert(meta::CLIENT_CAPABILITIES.into(), json!({}));
-                meta.insert(
-                    meta::CLIENT_INFO.into(),
-                    json!({ "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") }),
-                );
+        match link.era {
+            Era::Modern => {
+                let meta = params.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(
+                        meta::PROTOCOL_VERSION.into(),
+                        json!(ProtocolVersion::MODERN.as_str()),
+                    );
+                    // The agent's declared capabilities if it sent them (2026-07-28 agents), else none.
+                    meta.entry(meta::CLIENT_CAPABILITIES)
+                        .or_insert_with(|| json!({}));
+                    meta.insert(
+                        meta::CLIENT_INFO.into(),
+                        json!({ "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") }),
+                    );
+                }
+            }
+            // Legacy peers get no 2026-07-28 envelope keys.
+            Era::Legacy(_) | Era::Bare => {
+                if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+                }
             }
         }
         let name = routing_name(method, &params);
@@ -525,6 +537,7 @@ fn parse_response(body: &[u8], id: u64) -> Result<Result<Box<RawValue>, Upstream
         (_, Some(error)) => Err(UpstreamError::Rpc {
             code: error.code,
             message: error.message,
+            data: error.data,
         }),
         (None, None) => Err(UpstreamError::Protocol(
             "response has neither result nor error".into(),
