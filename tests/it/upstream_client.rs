@@ -208,7 +208,8 @@ async fn a_catalog_change_upstream_reaches_listings_on_the_next_refresh() {
     let up = FakeUpstream::new().echo_tool("echo").start().await;
     let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
     let client = Legacy::connect(&gw.url).await;
-    let before = gw.healthz().await["upstreams"][0]["fingerprint"].clone();
+    let before = gw.wait_for_state("fake", "up").await["fingerprint"].clone();
+    assert!(before.is_string());
     up.set_tools(vec![(
         tool_def("echo", json!({"type": "object", "required": ["x"]})),
         echo(),
