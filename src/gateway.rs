@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -98,6 +99,12 @@ impl Gateway {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartError> {
         let app = front::http::router(self.front.clone());
+        // Small JSON-RPC answers must not wait for Nagle's algorithm.
+        let listener = listener.tap_io(|stream| {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = stop_rx.wait_for(|stop| *stop).await;

@@ -1,0 +1,281 @@
+//! Gateway overhead benchmark: prints its figures (run `cargo bench --bench proxy`).
+//!
+//! A fast in-process MCP upstream listens on loopback. The same client load runs twice — straight
+//! at the upstream, then through a `gatehouse` process (release build) in front of it — at
+//! concurrency 1 and 16, and the difference is the gateway's cost. A second gateway fronts an
+//! upstream with 5,000 tools to time `tools/list` served from the catalog cache.
+//!
+//! Everything shares this machine's cores (client, upstream and gateway), exactly as the
+//! reference nginx figure in the README was measured.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const WARMUP: Duration = Duration::from_secs(2);
+const MEASURE: Duration = Duration::from_secs(8);
+
+struct Upstream {
+    tools: Bytes,
+}
+
+async fn upstream_handler(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Req<'a> {
+        #[serde(borrow)]
+        id: Option<&'a serde_json::value::RawValue>,
+        method: &'a str,
+    }
+    let req: Req = serde_json::from_slice(&body).expect("valid JSON-RPC");
+    let Some(id) = req.id else {
+        return Response::builder().status(202).body(Body::empty()).unwrap();
+    };
+    let id = id.get();
+    let (result, session) = match req.method {
+        "initialize" => (
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"fast","version":"1"}}"#.to_string(),
+            true,
+        ),
+        "tools/list" => (String::from_utf8(up.tools.to_vec()).unwrap(), false),
+        "tools/call" => (r#"{"content":[{"type":"text","text":"ok"}],"isError":false}"#.to_string(), false),
+        "ping" => ("{}".to_string(), false),
+        _ => {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found"}}}}"#);
+            return Response::builder().header("content-type", "application/json").body(Body::from(body)).unwrap();
+        }
+    };
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+    let mut response = Response::builder().header("content-type", "application/json");
+    if session {
+        response = response.header("mcp-session-id", "fast-session");
+    }
+    response.body(Body::from(body)).unwrap()
+}
+
+async fn start_upstream(tool_count: usize) -> String {
+    let tools: Vec<Value> = (0..tool_count)
+        .map(|i| {
+            json!({
+                "name": format!("tool_{i:05}"),
+                "description": format!("Does thing number {i} for the benchmark."),
+                "inputSchema": {"type": "object", "properties": {"q": {"type": "string", "description": "query"}}},
+            })
+        })
+        .collect();
+    let tools = Bytes::from(json!({ "tools": tools }).to_string());
+    let app = Router::new().route("/mcp", post(upstream_handler)).with_state(Arc::new(Upstream { tools }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+        let _ = s.set_nodelay(true);
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/mcp")
+}
+
+/// A release `gatehouse` in front of `upstream`; killed on drop.
+struct Gateway {
+    _child: tokio::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn start_gateway(upstream: &str) -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bench.toml");
+    std::fs::write(
+        &config,
+        format!("[gateway]\nport = 0\nauth_disabled = true\nlog_format = \"text\"\n[[upstreams]]\nnamespace = \"fast\"\nurl = \"{upstream}\"\n"),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn gatehouse");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().expect("listening line");
+    let url = line.strip_prefix("gatehouse listening on ").unwrap().to_string();
+    Gateway { _child: child, url, _dir: dir }
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().pool_max_idle_per_host(64).tcp_nodelay(true).build().unwrap()
+}
+
+async fn initialize(http: &reqwest::Client, url: &str) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    response.bytes().await.unwrap();
+    session
+}
+
+struct Figures {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// `concurrency` tasks each send `method` back to back; latencies recorded after the warm-up.
+async fn load(url: &str, concurrency: usize, method: &'static str, name: &'static str) -> Figures {
+    let http = client();
+    let session = initialize(&http, url).await;
+    let next_id = Arc::new(AtomicU64::new(1));
+    let start = Instant::now();
+    let measure_from = start + WARMUP;
+    let end = measure_from + MEASURE;
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (http, url, session, next_id) = (http.clone(), url.to_string(), session.clone(), next_id.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(100_000);
+            loop {
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                let params = if method == "tools/call" { json!({"name": name, "arguments": {"q": "x"}}) } else { json!({}) };
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+                let sent = Instant::now();
+                let response = http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-session-id", &session)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success());
+                let bytes = response.bytes().await.unwrap();
+                let done = Instant::now();
+                debug_assert!(!bytes.is_empty());
+                if sent >= measure_from {
+                    latencies.push(done - sent);
+                }
+                if done >= end {
+                    return latencies;
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_unstable();
+    let pick = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
+    Figures { rps: all.len() as f64 / MEASURE.as_secs_f64(), p50: pick(0.50), p99: pick(0.99) }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Calibration: the thinnest possible forwarder on the same stack (axum in, reqwest out, bytes
+/// passed through untouched), run as its own process like the gateway.
+async fn plain_forwarder(upstream: String) {
+    let http = client();
+    let app = Router::new().route(
+        "/mcp",
+        post(move |headers: http::HeaderMap, body: Bytes| {
+            let (http, upstream) = (http.clone(), upstream.clone());
+            async move {
+                let mut request = http.post(&upstream).header("content-type", "application/json").body(body);
+                if let Some(s) = headers.get("mcp-session-id") {
+                    request = request.header("mcp-session-id", s);
+                }
+                let response = request.send().await.unwrap();
+                let session = response.headers().get("mcp-session-id").cloned();
+                let bytes = response.bytes().await.unwrap();
+                let mut out = Response::builder().header("content-type", "application/json");
+                if let Some(s) = session {
+                    out = out.header("mcp-session-id", s);
+                }
+                out.body(Body::from(bytes)).unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("gatehouse listening on http://{}/mcp", listener.local_addr().unwrap());
+    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+        let _ = s.set_nodelay(true);
+    });
+    axum::serve(listener, app).await.unwrap();
+}
+
+async fn start_plain_forwarder(upstream: &str) -> Gateway {
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--plain-forwarder")
+        .arg(upstream)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().unwrap();
+    let url = line.strip_prefix("gatehouse listening on ").unwrap().to_string();
+    Gateway { _child: child, url, _dir: tempfile::tempdir().unwrap() }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` and test harness probes
+    }
+    if let Some(i) = args.iter().position(|a| a == "--plain-forwarder") {
+        return plain_forwarder(args[i + 1].clone()).await;
+    }
+    println!("gatehouse proxy benchmark ({}s warm-up, {}s measured per row)\n", WARMUP.as_secs(), MEASURE.as_secs());
+    let upstream = start_upstream(3).await;
+    let gateway = start_gateway(&upstream).await;
+    let forwarder = start_plain_forwarder(&upstream).await;
+
+    println!("tools/call              conc   req/s      p50 µs    p99 µs");
+    for concurrency in [1, 16] {
+        let direct = load(&upstream, concurrency, "tools/call", "tool_00001").await;
+        let plain = load(&forwarder.url, concurrency, "tools/call", "tool_00001").await;
+        let through = load(&gateway.url, concurrency, "tools/call", "fast__tool_00001").await;
+        println!("  direct                {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}", direct.rps, us(direct.p50), us(direct.p99));
+        println!("  plain axum+reqwest    {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}", plain.rps, us(plain.p50), us(plain.p99));
+        println!("  through gatehouse     {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}", through.rps, us(through.p50), us(through.p99));
+        println!(
+            "  => added p50 {:+.0} µs, added p99 {:+.0} µs, throughput kept {:.2}\n",
+            us(through.p50) - us(direct.p50),
+            us(through.p99) - us(direct.p99),
+            through.rps / direct.rps
+        );
+    }
+
+    let big = start_upstream(5000).await;
+    let gateway = start_gateway(&big).await;
+    let list = load(&gateway.url, 1, "tools/list", "").await;
+    println!(
+        "tools/list, 5,000 tools from cache: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs (whole body received)",
+        list.rps,
+        us(list.p50),
+        us(list.p99)
+    );
+}
