@@ -1,12 +1,12 @@
 //! Gateway overhead benchmark: prints its figures (run `cargo bench --bench proxy`).
 //!
-//! A fast in-process MCP upstream listens on loopback. The same client load runs twice — straight
-//! at the upstream, then through a `gatehouse` process (release build) in front of it — at
-//! concurrency 1 and 16, and the difference is the gateway's cost. A second gateway fronts an
-//! upstream with 5,000 tools to time `tools/list` served from the catalog cache.
-//!
-//! Everything shares this machine's cores (client, upstream and gateway), exactly as the
-//! reference nginx figure in the README was measured.
+//! A fast in-process MCP upstream listens on loopback. The same client load runs straight at the
+//! upstream, through an nginx reverse-proxy hop (if nginx is installed), through the thinnest
+//! forwarder our HTTP stack allows (axum in, reqwest out, bytes untouched), and through a
+//! `gatehouse` release process — at concurrency 1 and 16. Differences from "direct" are each
+//! hop's cost; the proxy process's CPU time per request is read from /proc. A second gateway
+//! fronts an upstream with 5,000 tools to time `tools/list` served from the catalog cache.
+//! Client, upstream and proxies share the machine's cores.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -112,6 +112,12 @@ async fn start_gateway(upstream: &str) -> Gateway {
     Gateway { _child: child, url, _dir: dir }
 }
 
+impl Gateway {
+    fn pid(&self) -> Option<u32> {
+        self._child.id()
+    }
+}
+
 fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().pool_max_idle_per_host(64).tcp_nodelay(true).build().unwrap()
@@ -137,12 +143,23 @@ struct Figures {
     rps: f64,
     p50: Duration,
     p99: Duration,
+    /// CPU time (user + system) the proxy process spent per request, when there is one.
+    cpu_per_request: Option<Duration>,
+}
+
+/// utime + stime of a process, in clock ticks (100 Hz on Linux).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 /// `concurrency` tasks each send `method` back to back; latencies recorded after the warm-up.
-async fn load(url: &str, concurrency: usize, method: &'static str, name: &'static str) -> Figures {
+async fn load(url: &str, concurrency: usize, method: &'static str, name: &'static str, proxy: Option<u32>) -> Figures {
     let http = client();
     let session = initialize(&http, url).await;
+    let sent_total = Arc::new(AtomicU64::new(0));
+    let cpu_before = proxy.and_then(cpu_ticks);
     let next_id = Arc::new(AtomicU64::new(1));
     let start = Instant::now();
     let measure_from = start + WARMUP;
@@ -150,6 +167,7 @@ async fn load(url: &str, concurrency: usize, method: &'static str, name: &'stati
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let (http, url, session, next_id) = (http.clone(), url.to_string(), session.clone(), next_id.clone());
+        let sent_total = sent_total.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(100_000);
             loop {
@@ -171,6 +189,7 @@ async fn load(url: &str, concurrency: usize, method: &'static str, name: &'stati
                 let bytes = response.bytes().await.unwrap();
                 let done = Instant::now();
                 debug_assert!(!bytes.is_empty());
+                sent_total.fetch_add(1, Ordering::Relaxed);
                 if sent >= measure_from {
                     latencies.push(done - sent);
                 }
@@ -184,9 +203,16 @@ async fn load(url: &str, concurrency: usize, method: &'static str, name: &'stati
     for t in tasks {
         all.extend(t.await.unwrap());
     }
+    let cpu_per_request = match (cpu_before, proxy.and_then(cpu_ticks)) {
+        (Some(before), Some(after)) => {
+            let requests = sent_total.load(Ordering::Relaxed).max(1);
+            Some(Duration::from_micros((after - before) * 10_000 / requests))
+        }
+        _ => None,
+    };
     all.sort_unstable();
     let pick = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
-    Figures { rps: all.len() as f64 / MEASURE.as_secs_f64(), p50: pick(0.50), p99: pick(0.99) }
+    Figures { rps: all.len() as f64 / MEASURE.as_secs_f64(), p50: pick(0.50), p99: pick(0.99), cpu_per_request }
 }
 
 fn us(d: Duration) -> f64 {
@@ -225,9 +251,9 @@ async fn plain_forwarder(upstream: String) {
     axum::serve(listener, app).await.unwrap();
 }
 
-async fn start_plain_forwarder(upstream: &str) -> Gateway {
+async fn start_forwarder(mode: &str, upstream: &str) -> Gateway {
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .arg("--plain-forwarder")
+        .arg(mode)
         .arg(upstream)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -237,6 +263,43 @@ async fn start_plain_forwarder(upstream: &str) -> Gateway {
     let line = lines.next_line().await.unwrap().unwrap();
     let url = line.strip_prefix("gatehouse listening on ").unwrap().to_string();
     Gateway { _child: child, url, _dir: tempfile::tempdir().unwrap() }
+}
+
+/// Calibration: an nginx reverse-proxy hop (keep-alive upstream, one worker per core), if nginx
+/// is installed (`apt-get install nginx-light`); the hop the README compares against.
+async fn start_nginx(upstream: &str) -> Option<Gateway> {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).exists())?;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let target = upstream.trim_start_matches("http://").split('/').next().unwrap();
+    let conf = format!(
+        "worker_processes 1;\nmaster_process off;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{ access_log off; client_body_temp_path {dir}; proxy_temp_path {dir};\n\
+         upstream fast {{ server {target}; keepalive 64; }}\n\
+         server {{ listen 127.0.0.1:{port}; location / {{ proxy_pass http://fast; proxy_http_version 1.1;\n\
+         proxy_set_header Connection \"\"; proxy_buffering off; }} }} }}\n",
+        dir = dir.path().display()
+    );
+    let path = dir.path().join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = tokio::process::Command::new(nginx)
+        .stdout(Stdio::null())
+        .arg("-c")
+        .arg(&path)
+        .arg("-p")
+        .arg(dir.path())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Some(Gateway { _child: child, url: format!("http://127.0.0.1:{port}/mcp"), _dir: dir });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -251,29 +314,41 @@ async fn main() {
     println!("gatehouse proxy benchmark ({}s warm-up, {}s measured per row)\n", WARMUP.as_secs(), MEASURE.as_secs());
     let upstream = start_upstream(3).await;
     let gateway = start_gateway(&upstream).await;
-    let forwarder = start_plain_forwarder(&upstream).await;
+    let forwarder = start_forwarder("--plain-forwarder", &upstream).await;
+    let nginx = start_nginx(&upstream).await;
+    if nginx.is_none() {
+        println!("(nginx not installed: `apt-get install nginx-light` adds the nginx calibration row)\n");
+    }
 
-    println!("tools/call              conc   req/s      p50 µs    p99 µs");
+    println!("tools/call                  conc     req/s    p50 µs    p99 µs   added p50   kept   proxy CPU/req");
     for concurrency in [1, 16] {
-        let direct = load(&upstream, concurrency, "tools/call", "tool_00001").await;
-        let plain = load(&forwarder.url, concurrency, "tools/call", "tool_00001").await;
-        let through = load(&gateway.url, concurrency, "tools/call", "fast__tool_00001").await;
-        println!("  direct                {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}", direct.rps, us(direct.p50), us(direct.p99));
-        println!("  plain axum+reqwest    {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}", plain.rps, us(plain.p50), us(plain.p99));
-        println!("  through gatehouse     {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}", through.rps, us(through.p50), us(through.p99));
-        println!(
-            "  => added p50 {:+.0} µs, added p99 {:+.0} µs, throughput kept {:.2}\n",
-            us(through.p50) - us(direct.p50),
-            us(through.p99) - us(direct.p99),
-            through.rps / direct.rps
-        );
+        let direct = load(&upstream, concurrency, "tools/call", "tool_00001", None).await;
+        let mut rows = vec![("direct", direct)];
+        if let Some(nginx) = &nginx {
+            rows.push(("nginx hop", load(&nginx.url, concurrency, "tools/call", "tool_00001", nginx.pid()).await));
+        }
+        rows.push(("plain axum+reqwest", load(&forwarder.url, concurrency, "tools/call", "tool_00001", forwarder.pid()).await));
+        rows.push(("through gatehouse", load(&gateway.url, concurrency, "tools/call", "fast__tool_00001", gateway.pid()).await));
+        let (base_p50, base_rps) = (us(rows[0].1.p50), rows[0].1.rps);
+        for (label, f) in &rows {
+            let cpu = f.cpu_per_request.map_or_else(|| "-".to_string(), |d| format!("{:.0} µs", us(d)));
+            println!(
+                "  {label:<24} {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}   {:>+7.0} µs  {:>5.2}   {cpu:>8}",
+                f.rps,
+                us(f.p50),
+                us(f.p99),
+                us(f.p50) - base_p50,
+                f.rps / base_rps
+            );
+        }
+        println!();
     }
 
     let big = start_upstream(5000).await;
     let gateway = start_gateway(&big).await;
-    let list = load(&gateway.url, 1, "tools/list", "").await;
+    let list = load(&gateway.url, 1, "tools/list", "", gateway.pid()).await;
     println!(
-        "tools/list, 5,000 tools from cache: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs (whole body received)",
+        "tools/list, 5,000 tools from cache: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs (whole ~1 MB body received)",
         list.rps,
         us(list.p50),
         us(list.p99)
