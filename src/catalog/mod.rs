@@ -10,7 +10,7 @@ pub mod names;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use serde_json::value::RawValue;
+use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -62,10 +62,10 @@ pub struct Snapshot {
     resources: HashMap<String, Route>,
     /// (upstream, template text up to its first `{`) for unprefixed template routing.
     template_prefixes: Vec<(usize, Arc<str>, String)>,
-    pub tools_json: Box<RawValue>,
-    pub resources_json: Box<RawValue>,
-    pub templates_json: Box<RawValue>,
-    pub prompts_json: Box<RawValue>,
+    pub tools_json: JsonArray,
+    pub resources_json: JsonArray,
+    pub templates_json: JsonArray,
+    pub prompts_json: JsonArray,
     /// Per namespace that is up: the fingerprint of its tool listing.
     pub fingerprints: BTreeMap<Arc<str>, String>,
     /// Per kind, a hash of what agents see, to tell which `list_changed` to send.
@@ -356,9 +356,25 @@ fn build(
     }
 }
 
-fn to_raw<'a>(items: impl Iterator<Item = &'a Value>) -> Box<RawValue> {
+/// A serialised JSON array, shared (never copied) by every response that lists it.
+#[derive(Debug, Clone)]
+pub struct JsonArray(Bytes);
+
+impl JsonArray {
+    pub fn bytes(&self) -> Bytes {
+        self.0.clone()
+    }
+
+    pub fn get(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("serde_json writes UTF-8")
+    }
+}
+
+fn to_raw<'a>(items: impl Iterator<Item = &'a Value>) -> JsonArray {
     let values: Vec<&Value> = items.collect();
-    serde_json::value::to_raw_value(&values).expect("JSON values serialise")
+    JsonArray(Bytes::from(
+        serde_json::to_vec(&values).expect("JSON values serialise"),
+    ))
 }
 
 fn hash64(text: &str) -> u64 {

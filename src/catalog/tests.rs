@@ -34,7 +34,7 @@ fn exposed_names(snapshot: &Snapshot) -> Vec<&str> {
     snapshot.tools.iter().map(|t| &*t.exposed).collect()
 }
 
-fn json_names(raw: &RawValue, key: &str) -> Vec<String> {
+fn json_names(raw: &JsonArray, key: &str) -> Vec<String> {
     let items: Vec<Value> = serde_json::from_str(raw.get()).expect("a JSON array");
     items
         .iter()

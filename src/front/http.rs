@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::session::Session;
-use super::{Answer, Ctx, Era, Front};
+use super::{Answer, Ctx, Era, Front, Payload};
 use crate::config::is_loopback_host;
 use crate::error::{FieldError, GatewayError, WireEra};
 use crate::pipeline::Principal;
@@ -260,7 +260,7 @@ impl Front {
                 if wants_stream && answer.status == StatusCode::OK {
                     // Progress-tracked calls answer on an SSE stream: the place where progress
                     // notifications travel before the response.
-                    let frame = sse::message_event(None, &answer.body);
+                    let frame = sse::message_event(None, &answer.body.into_vec());
                     return sse_response(StatusCode::OK, stream::once(async move { frame }), None);
                 }
                 json_response(answer.status, answer.body)
@@ -289,15 +289,22 @@ impl Front {
                     let e = GatewayError::InvalidRequest("initialize must not be part of a batch");
                     answers.push(
                         self.error_answer(WireEra::Legacy, Some(req.id.raw()), &e)
-                            .body,
+                            .body
+                            .into_vec(),
                     );
                 }
-                Ok(Message::Request(req)) => answers.push(self.answer(ctx, req).await.body),
+                Ok(Message::Request(req)) => {
+                    answers.push(self.answer(ctx, req).await.body.into_vec())
+                }
                 Ok(Message::Notification(n)) => self.on_notification(ctx, &n.method),
                 Ok(Message::Response(_)) => {}
                 Err(rejected) => {
                     let id = rejected.id.as_ref().map(|id| id.raw());
-                    answers.push(self.error_answer(WireEra::Legacy, id, &rejected.error).body);
+                    answers.push(
+                        self.error_answer(WireEra::Legacy, id, &rejected.error)
+                            .body
+                            .into_vec(),
+                    );
                 }
             }
         }
@@ -557,12 +564,26 @@ fn accepts(headers: &HeaderMap, mime: &str) -> bool {
         })
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
-    Response::builder()
+fn json_response(status: StatusCode, body: impl Into<Payload>) -> Response {
+    let builder = Response::builder()
         .status(status)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body))
-        .expect("static response parts")
+        .header(header::CONTENT_TYPE, "application/json");
+    let response = match body.into() {
+        Payload::One(bytes) => builder.body(Body::from(bytes)),
+        // Shared chunks go out as they are; the length header keeps it one fixed-size body.
+        chunks @ Payload::Chunks(_) => {
+            let length = chunks.len();
+            let Payload::Chunks(parts) = chunks else {
+                unreachable!("matched above")
+            };
+            builder
+                .header(header::CONTENT_LENGTH, length)
+                .body(Body::from_stream(stream::iter(
+                    parts.into_iter().map(Ok::<Bytes, Infallible>),
+                )))
+        }
+    };
+    response.expect("static response parts")
 }
 
 fn accepted() -> Response {

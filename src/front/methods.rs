@@ -7,7 +7,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::{Ctx, Era, Front, List};
+use bytes::Bytes;
+
+use super::{Ctx, Era, Front, List, Reply};
 use crate::catalog::Route;
 use crate::error::{FieldError, GatewayError};
 use crate::pipeline::{CallRequest, miss_error};
@@ -29,7 +31,7 @@ impl Front {
         ctx: &Ctx,
         kind: List,
         params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, GatewayError> {
+    ) -> Result<Reply, GatewayError> {
         let ListParams { cursor } = parse_params(params)?;
         if cursor.is_some() {
             // We never hand out cursors (every list is one page), so any cursor is stale.
@@ -46,24 +48,21 @@ impl Front {
             List::Templates => ("resourceTemplates", &snapshot.templates_json),
             List::Prompts => ("prompts", &snapshot.prompts_json),
         };
-        let mut out = String::with_capacity(items.get().len() + 160);
-        out.push_str("{\"");
-        out.push_str(key);
-        out.push_str("\":");
-        out.push_str(items.get());
+        let head = Bytes::from(format!("{{\"{key}\":"));
+        let mut tail = String::with_capacity(160);
         if ctx.era == Era::Modern {
             // Today every caller sees the same list, so it may be shared across callers for as
             // long as the catalog refresh period.
             let _ = write!(
-                out,
+                tail,
                 ",\"resultType\":\"complete\",\"ttlMs\":{},\"cacheScope\":\"public\",\"_meta\":{{\"{}\":{}}}",
                 self.settings.list_ttl.as_millis(),
                 meta::SERVER_INFO,
                 self.server_info
             );
         }
-        out.push('}');
-        Ok(RawValue::from_string(out).expect("spliced from valid JSON parts"))
+        tail.push('}');
+        Ok(Reply::Chunks(vec![head, items.bytes(), Bytes::from(tail)]))
     }
 
     pub(super) async fn tools_call(

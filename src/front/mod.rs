@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -80,7 +81,53 @@ pub struct Front {
 /// A JSON-RPC answer and the HTTP status it travels with.
 pub struct Answer {
     pub status: ::http::StatusCode,
-    pub body: Vec<u8>,
+    pub body: Payload,
+}
+
+/// Answer bytes: one buffer, or chunks that share a snapshot's pre-serialised listing so a
+/// large `tools/list` is never copied per request.
+pub enum Payload {
+    One(Vec<u8>),
+    Chunks(Vec<Bytes>),
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(bytes: Vec<u8>) -> Self {
+        Self::One(bytes)
+    }
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::One(v) => v.len(),
+            Self::Chunks(c) => c.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Contiguous bytes, for framings that need them (stdio lines, SSE events, batches).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Self::One(v) => v,
+            Self::Chunks(chunks) => chunks.concat(),
+        }
+    }
+}
+
+/// What a method produces: a raw result, or a result spliced from shared chunks.
+pub(crate) enum Reply {
+    Raw(Box<RawValue>),
+    Chunks(Vec<Bytes>),
+}
+
+impl From<Box<RawValue>> for Reply {
+    fn from(raw: Box<RawValue>) -> Self {
+        Self::Raw(raw)
+    }
 }
 
 impl Front {
@@ -143,12 +190,25 @@ impl Front {
             .await;
         let outcome = result.as_ref().map_or_else(GatewayError::class, |_| "ok");
         self.metrics.count_request(&request.method, outcome);
-        match result {
-            Ok(result) => Answer {
-                status: ::http::StatusCode::OK,
-                body: jsonrpc::result_bytes(request.id.raw(), &result),
-            },
-            Err(e) => self.error_answer(ctx.era.wire(), Some(request.id.raw()), &e),
+        let body = match result {
+            Ok(Reply::Raw(result)) => {
+                Payload::One(jsonrpc::result_bytes(request.id.raw(), &result))
+            }
+            Ok(Reply::Chunks(parts)) => {
+                let mut head = b"{\"jsonrpc\":\"2.0\",\"id\":".to_vec();
+                head.extend_from_slice(request.id.raw().get().as_bytes());
+                head.extend_from_slice(b",\"result\":");
+                let mut chunks = Vec::with_capacity(parts.len() + 2);
+                chunks.push(Bytes::from(head));
+                chunks.extend(parts);
+                chunks.push(Bytes::from_static(b"}"));
+                Payload::Chunks(chunks)
+            }
+            Err(e) => return self.error_answer(ctx.era.wire(), Some(request.id.raw()), &e),
+        };
+        Answer {
+            status: ::http::StatusCode::OK,
+            body,
         }
     }
 
@@ -161,7 +221,7 @@ impl Front {
         }
         Answer {
             status: e.http_status(era),
-            body: jsonrpc::error_bytes(id, &e.to_rpc_error(era)),
+            body: Payload::One(jsonrpc::error_bytes(id, &e.to_rpc_error(era))),
         }
     }
 
@@ -170,21 +230,22 @@ impl Front {
         ctx: &Ctx,
         method: &str,
         params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, GatewayError> {
-        match method {
+    ) -> Result<Reply, GatewayError> {
+        let raw = match method {
             "ping" if ctx.era != Era::Modern => Ok(jsonrpc::raw(&json!({}))),
             "server/discover" => Ok(self.finish(ctx, self.discover())),
-            "tools/list" => self.list(ctx, List::Tools, params).await,
-            "resources/list" => self.list(ctx, List::Resources, params).await,
-            "resources/templates/list" => self.list(ctx, List::Templates, params).await,
-            "prompts/list" => self.list(ctx, List::Prompts, params).await,
+            "tools/list" => return self.list(ctx, List::Tools, params).await,
+            "resources/list" => return self.list(ctx, List::Resources, params).await,
+            "resources/templates/list" => return self.list(ctx, List::Templates, params).await,
+            "prompts/list" => return self.list(ctx, List::Prompts, params).await,
             "tools/call" => self.tools_call(ctx, params).await,
             "resources/read" => self.resources_read(ctx, params).await,
             "prompts/get" => self.prompts_get(ctx, params).await,
             "completion/complete" => self.complete(ctx, params).await,
             "logging/setLevel" if ctx.era != Era::Modern => self.set_log_level(params).await,
             _ => Err(GatewayError::MethodNotFound),
-        }
+        };
+        raw.map(Reply::Raw)
     }
 
     /// Waits (bounded) for every upstream's first load, so the first listing after start-up is

@@ -43,7 +43,7 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
             Err(LinesCodecError::MaxLineLengthExceeded) => {
                 let answer =
                     front.error_answer(WireEra::Legacy, None, &GatewayError::PayloadTooLarge);
-                let _ = out.send(answer.body).await;
+                let _ = out.send(answer.body.into_vec()).await;
                 continue;
             }
             Err(LinesCodecError::Io(e)) => return Err(e),
@@ -56,7 +56,12 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
             Ok(Incoming::Batch(_)) => {
                 let e = GatewayError::InvalidRequest("batches are not supported on stdio");
                 let _ = out
-                    .send(front.error_answer(WireEra::Legacy, None, &e).body)
+                    .send(
+                        front
+                            .error_answer(WireEra::Legacy, None, &e)
+                            .body
+                            .into_vec(),
+                    )
                     .await;
                 continue;
             }
@@ -66,7 +71,8 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                     .send(
                         front
                             .error_answer(WireEra::Legacy, id, &rejected.error)
-                            .body,
+                            .body
+                            .into_vec(),
                     )
                     .await;
                 continue;
@@ -91,11 +97,10 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                             &jsonrpc::raw(&front.initialize_result(version)),
                         )
                     }
-                    Err(e) => {
-                        front
-                            .error_answer(WireEra::Legacy, Some(req.id.raw()), &e)
-                            .body
-                    }
+                    Err(e) => front
+                        .error_answer(WireEra::Legacy, Some(req.id.raw()), &e)
+                        .body
+                        .into_vec(),
                 };
                 let _ = out.send(body).await;
             }
@@ -125,7 +130,7 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                 let out = out.clone();
                 tokio::spawn(async move {
                     let answer = front.answer(&ctx, req).await;
-                    let _ = out.send(answer.body).await;
+                    let _ = out.send(answer.body.into_vec()).await;
                 });
             }
             Message::Notification(n) => {

@@ -137,14 +137,6 @@ impl FakeUpstream {
         *self.inner.bearer.lock().unwrap() = Some(token.to_string());
     }
 
-    pub fn set_fault(&self, tool: &str, fault: Option<Fault>) {
-        let mut faults = self.inner.faults.lock().unwrap();
-        match fault {
-            Some(f) => faults.insert(tool.to_string(), f),
-            None => faults.remove(tool),
-        };
-    }
-
     /// Replaces the tool list (as a server whose tools changed would).
     pub fn set_tools(&self, tools: Vec<(Value, Handler)>) {
         *self.inner.tools.lock().unwrap() = tools;
@@ -183,11 +175,6 @@ impl FakeUpstreamBuilder {
 
     pub fn tool(mut self, name: &str, schema: Value, handler: Handler) -> Self {
         self.tools.push((tool_def(name, schema), handler));
-        self
-    }
-
-    pub fn tool_def(mut self, def: Value, handler: Handler) -> Self {
-        self.tools.push((def, handler));
         self
     }
 

@@ -16,12 +16,12 @@ pub use fake_upstream::{Era, FakeUpstream, Fault, SessionErrorStyle, echo, tool_
 
 /// A `gatehouse serve` process on an ephemeral port, killed on drop.
 pub struct TestGateway {
-    child: Child,
+    _child: Child,
     /// The MCP endpoint, e.g. `http://127.0.0.1:41234/mcp`.
     pub url: String,
     /// `http://127.0.0.1:41234`
     pub base: String,
-    pub dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     log: PathBuf,
 }
 
@@ -79,20 +79,16 @@ impl TestGateway {
             .to_string();
         let base = url.rsplit_once('/').unwrap().0.to_string();
         Self {
-            child,
+            _child: child,
             url,
             base,
-            dir,
+            _dir: dir,
             log,
         }
     }
 
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id().unwrap()
     }
 
     pub async fn healthz(&self) -> Value {

@@ -37,7 +37,7 @@ pub fn interop_file(name: &str) -> PathBuf {
 
 /// A child process killed on drop.
 pub struct Peer {
-    pub child: Child,
+    _child: Child,
     pub url: String,
 }
 
@@ -84,7 +84,7 @@ pub async fn server_everything(mode: &str) -> Peer {
     wait_for_port(port, &mut child, "server-everything").await;
     let path = if mode == "sse" { "sse" } else { "mcp" };
     Peer {
-        child,
+        _child: child,
         url: format!("http://127.0.0.1:{port}/{path}"),
     }
 }
@@ -112,7 +112,7 @@ pub async fn conformance_fixture() -> Peer {
         .expect("LISTENING line")
         .trim()
         .to_string();
-    Peer { child, url }
+    Peer { _child: child, url }
 }
 
 /// Runs the official Python SDK client against `url`; returns its one JSON line.
