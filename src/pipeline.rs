@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Miss, Route};
 use crate::error::{FieldError, GatewayError};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Relay, Upstream, UpstreamError};
 pub use authn::{Authenticator, Principal};
 
 /// One tool call as the front door hands it over.
@@ -24,6 +24,8 @@ pub struct CallRequest<'a> {
     pub name: &'a str,
     /// The agent's `params` minus `name` (arguments, `_meta`, …).
     pub params: Map<String, Value>,
+    /// Where the upstream's progress, logs and own requests go while the call runs.
+    pub relay: Option<&'a Relay>,
 }
 
 pub struct Pipeline {
@@ -41,7 +43,7 @@ impl Pipeline {
         let route = self.resolve_tool(req.name)?; // 2: unknown and hidden are indistinguishable
         let mut params = req.params; // 8: dispatch under the upstream's own name
         params.insert("name".into(), json!(&*route.name));
-        self.forward(&route, "tools/call", params).await
+        self.forward(&route, "tools/call", params, req.relay).await
     }
 
     fn resolve_tool(&self, name: &str) -> Result<Route, GatewayError> {
@@ -60,10 +62,11 @@ impl Pipeline {
         route: &Route,
         method: &str,
         params: Map<String, Value>,
+        relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, GatewayError> {
         let upstream = &self.upstreams[route.upstream];
         upstream
-            .request(method, params)
+            .request(method, params, relay)
             .await
             .map_err(|e| upstream_error(&route.namespace, e))
     }

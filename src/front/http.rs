@@ -7,6 +7,8 @@
 //! envelope → 400; anything else → legacy session.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::Router;
@@ -21,14 +23,19 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use super::session::Session;
-use super::{Answer, Ctx, Era, Front, Payload};
+use super::session::{InflightGuard, Session};
+use super::{Answer, Ctx, Front, Payload};
 use crate::config::is_loopback_host;
 use crate::error::{FieldError, GatewayError, WireEra};
 use crate::pipeline::Principal;
-use crate::protocol::jsonrpc::{self, Incoming, Message, Request, RequestId, parse_params};
+use crate::protocol::jsonrpc::{
+    self, Incoming, Message, Notification, Request, RequestId, parse_params,
+};
 use crate::protocol::{ProtocolVersion, header as mcp_header, meta, sse};
+use crate::upstream::{Inbound, Relay};
 
 pub fn router(front: Arc<Front>) -> Router {
     let path = front.settings.path.clone();
@@ -133,6 +140,8 @@ struct EnvelopeMeta {
     version: Option<Value>,
     #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default)]
     capabilities: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/logLevel", default)]
+    log_level: Option<Value>,
 }
 
 fn modern_envelope(req: &Request) -> Option<EnvelopeMeta> {
@@ -212,7 +221,7 @@ impl Front {
     }
 
     async fn legacy(
-        &self,
+        self: &Arc<Self>,
         headers: &HeaderMap,
         principal: Principal,
         incoming: Incoming,
@@ -248,35 +257,135 @@ impl Front {
                 return self.reject_with_id(WireEra::Legacy, id, &e);
             }
         }
-        let ctx = Ctx {
-            era: Era::Legacy(session.version),
-            principal,
-            session: Some(session.clone()),
-        };
         match incoming {
             Incoming::Single(Message::Request(req)) => {
-                let wants_stream = progress_token(&req).is_some();
-                let answer = self.answer(&ctx, req).await;
-                if wants_stream && answer.status == StatusCode::OK {
-                    // Progress-tracked calls answer on an SSE stream: the place where progress
-                    // notifications travel before the response.
-                    let frame = sse::message_event(None, &answer.body.into_vec());
-                    return sse_response(StatusCode::OK, stream::once(async move { frame }), None);
-                }
-                json_response(answer.status, answer.body)
+                let (relay, inbound) = Relay::channel();
+                let cancel = session.track(req.id.raw().get());
+                let ctx = Ctx::legacy(session, principal, Some(relay));
+                self.respond(ctx, req, inbound, Some(cancel)).await
             }
             Incoming::Single(Message::Notification(n)) => {
-                self.on_notification(&ctx, &n.method);
+                self.on_notification(&session, &n);
                 accepted()
             }
-            // Answers to server-to-client requests: nothing is pending on this hop yet.
-            Incoming::Single(Message::Response(_)) => accepted(),
+            Incoming::Single(Message::Response(r)) => {
+                self.on_response(&session, r);
+                accepted()
+            }
             Incoming::Batch(items) => {
                 if !session.version.allows_batches() {
                     return self.reject(&GatewayError::BatchNotSupported(session.version));
                 }
+                let ctx = Ctx::legacy(session, principal, None);
                 self.batch(&ctx, items).await
             }
+        }
+    }
+
+    /// Answers one request. Until the upstream sends something to relay (progress, a log
+    /// line, a request of its own) the answer goes out as plain JSON; from the first relayed
+    /// message on, the response becomes an SSE stream carrying those messages and then the
+    /// answer. Dropping the stream (the agent went away) or a `notifications/cancelled` for
+    /// this request drops the call, which cancels it upstream.
+    async fn respond(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        req: Request,
+        mut inbound: mpsc::Receiver<Inbound>,
+        cancel: Option<(CancellationToken, InflightGuard)>,
+    ) -> Response {
+        let front = self.clone();
+        let ctx = Arc::new(ctx);
+        let call_ctx = ctx.clone();
+        let (token, guard) = match cancel {
+            Some((token, guard)) => (token, Some(guard)),
+            None => (CancellationToken::new(), None),
+        };
+        let mut call: Pin<Box<dyn Future<Output = Option<Answer>> + Send>> = Box::pin(async move {
+            let _guard = guard;
+            tokio::select! {
+                answer = front.answer(&call_ctx, req) => Some(answer),
+                () = token.cancelled() => None,
+            }
+        });
+        let first = loop {
+            tokio::select! {
+                biased;
+                Some(message) = inbound.recv() => {
+                    if let Some(frame) = self.relay_to_agent(&ctx, message) {
+                        break vec![sse::message_event(None, &frame)];
+                    }
+                }
+                answer = &mut call => {
+                    // Messages queued while the answer was produced still go first.
+                    let mut frames = self.drain_relayed(&ctx, &mut inbound);
+                    return match answer {
+                        Some(answer) if frames.is_empty() => json_response(answer.status, answer.body),
+                        Some(answer) => {
+                            frames.push(sse::message_event(None, &answer.body.into_vec()));
+                            sse_response(StatusCode::OK, stream::iter(frames), None)
+                        }
+                        // Cancelled: the agent expects no answer; end the exchange empty.
+                        None => sse_response(StatusCode::OK, stream::empty(), None),
+                    };
+                }
+            }
+        };
+        let front = self.clone();
+        let rest = stream::unfold(Some((call, inbound)), move |state| {
+            let (front, ctx) = (front.clone(), ctx.clone());
+            async move {
+                let (mut call, mut inbound) = state?;
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(message) = inbound.recv() => {
+                            if let Some(frame) = front.relay_to_agent(&ctx, message) {
+                                let frames = vec![sse::message_event(None, &frame)];
+                                return Some((stream::iter(frames), Some((call, inbound))));
+                            }
+                        }
+                        answer = &mut call => {
+                            // Drain what is queued, then the answer: always the last frame.
+                            let mut frames = front.drain_relayed(&ctx, &mut inbound);
+                            if let Some(answer) = answer {
+                                frames.push(sse::message_event(None, &answer.body.into_vec()));
+                            }
+                            return Some((stream::iter(frames), None));
+                        }
+                    }
+                }
+            }
+        })
+        .flatten();
+        sse_response(StatusCode::OK, stream::iter(first).chain(rest), None)
+    }
+
+    /// SSE frames for the relayed messages already queued.
+    fn drain_relayed(&self, ctx: &Ctx, inbound: &mut mpsc::Receiver<Inbound>) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        while let Ok(message) = inbound.try_recv() {
+            if let Some(frame) = self.relay_to_agent(ctx, message) {
+                frames.push(sse::message_event(None, &frame));
+            }
+        }
+        frames
+    }
+
+    /// An agent's answer to a server request we relayed.
+    pub(super) fn on_response(&self, session: &Session, response: jsonrpc::Response) {
+        let id: Value = response.id.to_value();
+        let key = id.as_str().map_or_else(|| id.to_string(), str::to_string);
+        let parse = |raw: Option<Box<RawValue>>| {
+            raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+        };
+        let answer = match (parse(response.result), parse(response.error)) {
+            (Some(result), None) => Ok(result),
+            (_, Some(error)) => Err(error),
+            (None, None) => Err(json!({ "code": -32603, "message": "empty answer" })),
+        };
+        if !session.answer(&key, answer) {
+            tracing::debug!(id = %key, "answer to no pending server request");
         }
     }
 
@@ -296,8 +405,16 @@ impl Front {
                 Ok(Message::Request(req)) => {
                     answers.push(self.answer(ctx, req).await.body.into_vec())
                 }
-                Ok(Message::Notification(n)) => self.on_notification(ctx, &n.method),
-                Ok(Message::Response(_)) => {}
+                Ok(Message::Notification(n)) => {
+                    if let Some(session) = &ctx.session {
+                        self.on_notification(session, &n);
+                    }
+                }
+                Ok(Message::Response(r)) => {
+                    if let Some(session) = &ctx.session {
+                        self.on_response(session, r);
+                    }
+                }
                 Err(rejected) => {
                     let id = rejected.id.as_ref().map(|id| id.raw());
                     answers.push(
@@ -317,31 +434,44 @@ impl Front {
         json_response(StatusCode::OK, body)
     }
 
-    fn on_notification(&self, ctx: &Ctx, method: &str) {
-        self.metrics.count_request(method, "ok");
-        if method == "notifications/initialized" {
-            if let Some(session) = &ctx.session {
-                session.mark_initialized();
+    pub(super) fn on_notification(&self, session: &Session, notification: &Notification) {
+        self.metrics.count_request(&notification.method, "ok");
+        match notification.method.as_str() {
+            "notifications/initialized" => session.mark_initialized(),
+            "notifications/cancelled" => {
+                #[derive(Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Cancelled {
+                    request_id: Box<RawValue>,
+                }
+                // Unknown or finished requests are ignored, as the spec asks.
+                if let Ok(c) = parse_params::<Cancelled>(notification.params.as_deref()) {
+                    session.cancel(c.request_id.get());
+                }
             }
+            _ => {}
         }
     }
 
     /// 2026-07-28: validated in the digest's order — envelope, headers, version, method.
-    async fn modern(&self, headers: &HeaderMap, principal: Principal, req: Request) -> Response {
+    async fn modern(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        principal: Principal,
+        req: Request,
+    ) -> Response {
         if let Err(e) = check_modern(headers, &req) {
             self.metrics.count_request(&req.method, e.class());
             return self.reject_with_id(WireEra::Modern, Some(req.id.raw()), &e);
         }
-        let ctx = Ctx {
-            era: Era::Modern,
-            principal,
-            session: None,
-        };
         if req.method == "subscriptions/listen" {
             return self.listen(req);
         }
-        let Answer { status, body } = self.answer(&ctx, req).await;
-        json_response(status, body)
+        // A client disconnect is the cancellation in 2026-07-28: dropping the stream does it.
+        let (relay, inbound) = Relay::channel();
+        let wants_logs = modern_envelope(&req).is_some_and(|m| m.log_level.is_some());
+        let ctx = Ctx::modern(principal, Some(relay), wants_logs);
+        self.respond(ctx, req, inbound, None).await
     }
 
     /// `subscriptions/listen`: an SSE stream that acknowledges first, then carries the
@@ -509,11 +639,6 @@ fn decode_header_value(value: &str) -> String {
         .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .unwrap_or_else(|| value.to_string())
-}
-
-fn progress_token(req: &Request) -> Option<Value> {
-    let params: Value = serde_json::from_str(req.params.as_deref()?.get()).ok()?;
-    params.get("_meta")?.get("progressToken").cloned()
 }
 
 /// `host[:port]` → `host` (IPv6 literals keep their brackets).

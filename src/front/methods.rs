@@ -77,15 +77,77 @@ impl Front {
         }
         strip_protocol_meta(ctx, &mut params);
         self.warm_up().await;
-        let result = self
-            .pipeline
-            .call_tool(CallRequest {
-                principal: &ctx.principal,
-                name: &name,
-                params,
-            })
-            .await?;
-        Ok(self.finish_raw(ctx, result))
+        let mut rounds = 0;
+        loop {
+            let result = self
+                .pipeline
+                .call_tool(CallRequest {
+                    principal: &ctx.principal,
+                    name: &name,
+                    params: params.clone(),
+                    relay: ctx.relay.as_ref(),
+                })
+                .await?;
+            match self
+                .bridge_input_required(ctx, &result, &mut rounds)
+                .await?
+            {
+                Some((responses, state)) => retry_with(&mut params, responses, state),
+                None => return Ok(self.finish_raw(ctx, result)),
+            }
+        }
+    }
+
+    /// 2026-07-28 upstreams ask for input with an `input_required` result (MRTR). A modern
+    /// agent gets that result as is; for a legacy agent the gateway is the MRTR client: it
+    /// asks the agent through ordinary server requests on the response stream and returns the
+    /// answers and `requestState` for the retry. `None`: the result is final.
+    async fn bridge_input_required(
+        &self,
+        ctx: &Ctx,
+        result: &RawValue,
+        rounds: &mut usize,
+    ) -> Result<Option<(Map<String, Value>, Option<Value>)>, GatewayError> {
+        const MAX_INPUT_ROUNDS: usize = 8;
+        // Cheap test first: nearly every result is final.
+        if ctx.era == Era::Modern || !result.get().contains("input_required") {
+            return Ok(None);
+        }
+        let parsed: Value = serde_json::from_str(result.get()).map_err(GatewayError::internal)?;
+        if parsed.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return Ok(None);
+        }
+        *rounds += 1;
+        let relay = ctx
+            .relay
+            .as_ref()
+            .filter(|_| *rounds <= MAX_INPUT_ROUNDS)
+            .ok_or_else(|| GatewayError::UpstreamError {
+                namespace: "input".into(),
+                source: Some("input rounds exhausted or no stream to ask the agent on".into()),
+            })?;
+        let mut responses = Map::new();
+        let requests = parsed
+            .get("inputRequests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (key, request) in requests {
+            let method = request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+            let Some(answer) = relay.request(method, params) else {
+                continue;
+            };
+            // An agent error leaves the key unanswered; the upstream asks again or gives up.
+            if let Ok(Ok(value)) = answer.await {
+                responses.insert(key, value);
+            }
+        }
+        Ok(Some((responses, parsed.get("requestState").cloned())))
     }
 
     pub(super) async fn resources_read(
@@ -104,7 +166,7 @@ impl Front {
         strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
-            .forward(&route, "resources/read", params)
+            .forward(&route, "resources/read", params, ctx.relay.as_ref())
             .await
             .map_err(|e| match e {
                 // 2026-07-28 upstreams say "not found" with -32602; either way the agent gets
@@ -144,7 +206,10 @@ impl Front {
             })?;
         params.insert("name".into(), json!(&*route.name));
         strip_protocol_meta(ctx, &mut params);
-        let raw = self.pipeline.forward(&route, "prompts/get", params).await?;
+        let raw = self
+            .pipeline
+            .forward(&route, "prompts/get", params, ctx.relay.as_ref())
+            .await?;
         Ok(self.finish_raw(ctx, raw))
     }
 
@@ -212,7 +277,7 @@ impl Front {
         strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
-            .forward(&route, "completion/complete", params)
+            .forward(&route, "completion/complete", params, ctx.relay.as_ref())
             .await?;
         Ok(self.finish_raw(ctx, raw))
     }
@@ -220,6 +285,7 @@ impl Front {
     /// Legacy `logging/setLevel`: fanned out to every upstream that is up (best effort).
     pub(super) async fn set_log_level(
         &self,
+        ctx: &Ctx,
         params: Option<&RawValue>,
     ) -> Result<Box<RawValue>, GatewayError> {
         #[derive(Deserialize)]
@@ -243,11 +309,14 @@ impl Front {
                 "expected an RFC 5424 level such as \"info\" or \"warning\"",
             ));
         }
+        if let Some(session) = &ctx.session {
+            session.set_log_level(&level);
+        }
         let sends = self.upstreams.iter().filter(|u| u.state() == State::Up).map(|u| {
             let level = level.clone();
             async move {
                 let params = json!({ "level": level }).as_object().cloned().unwrap_or_default();
-                if let Err(e) = u.request("logging/setLevel", params).await {
+                if let Err(e) = u.request("logging/setLevel", params, None).await {
                     tracing::debug!(namespace = %u.namespace, error = %e, "logging/setLevel not applied upstream");
                 }
             }
@@ -273,17 +342,54 @@ fn take_string(params: &mut Map<String, Value>, key: &str) -> Result<String, Gat
 }
 
 /// The agent's protocol `_meta` (version, client info) describes the agent's hop, not ours; the
-/// upstream transport adds its own. A 2026-07-28 agent's declared capabilities travel on, so a
-/// 2026-07-28 upstream may ask it for input (MRTR `inputRequests` pass through opaquely).
-/// Everything else (e.g. `progressToken`) passes unchanged.
+/// upstream transport adds its own. What the agent can be asked (its relayable capabilities)
+/// and a 2026-07-28 agent's log level travel on, so a 2026-07-28 upstream may ask for input
+/// and log; legacy upstreams never see these keys. Everything else (`progressToken`, …) passes.
 fn strip_protocol_meta(ctx: &Ctx, params: &mut Map<String, Value>) {
-    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+    let legacy_session = ctx.session.as_ref().filter(|_| ctx.era != Era::Modern);
+    let capabilities = legacy_session.and_then(|session| {
+        let declared: Map<String, Value> = super::RELAYABLE_CAPABILITIES
+            .iter()
+            .filter_map(|c| {
+                session
+                    .client_capabilities
+                    .get(*c)
+                    .map(|v| (c.to_string(), v.clone()))
+            })
+            .collect();
+        (!declared.is_empty()).then_some(Value::Object(declared))
+    });
+    let meta = params.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
         meta.retain(|k, _| {
-            (ctx.era == Era::Modern && k == meta::CLIENT_CAPABILITIES)
+            (ctx.era == Era::Modern && (k == meta::CLIENT_CAPABILITIES || k == meta::LOG_LEVEL))
                 || (!k.starts_with("io.modelcontextprotocol/") && !k.starts_with("gatehouse/"))
         });
-        if meta.is_empty() {
-            params.remove("_meta");
+        if let Some(capabilities) = capabilities {
+            meta.insert(meta::CLIENT_CAPABILITIES.into(), capabilities);
+        }
+        if let Some(session) = legacy_session {
+            meta.insert(meta::LOG_LEVEL.into(), json!(session.log_level()));
         }
     }
+    if params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
+        params.remove("_meta");
+    }
+}
+
+/// Adds MRTR answers and the echoed state to the params for the retry.
+fn retry_with(
+    params: &mut Map<String, Value>,
+    responses: Map<String, Value>,
+    state: Option<Value>,
+) {
+    params.insert("inputResponses".into(), Value::Object(responses));
+    match state {
+        Some(state) => params.insert("requestState".into(), state),
+        None => params.remove("requestState"),
+    };
 }

@@ -26,7 +26,7 @@ use crate::pipeline::{Authenticator, Pipeline, Principal};
 use crate::protocol::jsonrpc::{self, Request};
 use crate::protocol::{ProtocolVersion, meta};
 use crate::telemetry::Metrics;
-use crate::upstream::Upstream;
+use crate::upstream::{Inbound, Relay, Upstream};
 use session::{Session, Sessions};
 
 /// The era of one request, as the body-first classifier decided.
@@ -50,6 +50,45 @@ pub struct Ctx {
     pub era: Era,
     pub principal: Principal,
     pub session: Option<Arc<Session>>,
+    /// Where upstream progress, logs and server requests for this request go (None: dropped).
+    pub relay: Option<Relay>,
+    /// Whether the agent wants `notifications/message` (2026-07-28: only if it set a logLevel).
+    pub wants_logs: bool,
+}
+
+impl Ctx {
+    pub fn legacy(session: Arc<Session>, principal: Principal, relay: Option<Relay>) -> Self {
+        Self {
+            era: Era::Legacy(session.version),
+            principal,
+            session: Some(session),
+            relay,
+            wants_logs: true,
+        }
+    }
+
+    pub fn modern(principal: Principal, relay: Option<Relay>, wants_logs: bool) -> Self {
+        Self {
+            era: Era::Modern,
+            principal,
+            session: None,
+            relay,
+            wants_logs,
+        }
+    }
+}
+
+/// Client capabilities a gateway can bridge back to an agent (server-to-client requests).
+pub const RELAYABLE_CAPABILITIES: [&str; 3] = ["sampling", "elicitation", "roots"];
+
+/// The capability an upstream's own request needs from the agent.
+fn capability_for(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
 }
 
 /// Settings the front door reads on every request, resolved once.
@@ -242,10 +281,48 @@ impl Front {
             "resources/read" => self.resources_read(ctx, params).await,
             "prompts/get" => self.prompts_get(ctx, params).await,
             "completion/complete" => self.complete(ctx, params).await,
-            "logging/setLevel" if ctx.era != Era::Modern => self.set_log_level(params).await,
+            "logging/setLevel" if ctx.era != Era::Modern => self.set_log_level(ctx, params).await,
             _ => Err(GatewayError::MethodNotFound),
         };
         raw.map(Reply::Raw)
+    }
+
+    /// Turns what an upstream sent mid-request into the message the agent gets, if any.
+    /// Server requests go only to legacy sessions that declared the capability (2026-07-28
+    /// forbids server-initiated requests); the others are refused so the upstream moves on.
+    pub fn relay_to_agent(&self, ctx: &Ctx, inbound: Inbound) -> Option<Vec<u8>> {
+        match inbound {
+            Inbound::Notification { method, params } => {
+                let wanted = match method.as_str() {
+                    "notifications/progress" => true,
+                    "notifications/message" => ctx.wants_logs,
+                    // List changes are the catalog's business, not this request's.
+                    _ => false,
+                };
+                wanted.then(|| jsonrpc::notification_bytes(&method, &params))
+            }
+            Inbound::Request {
+                method,
+                params,
+                respond,
+            } => {
+                if method == "ping" {
+                    let _ = respond.send(Ok(json!({})));
+                    return None;
+                }
+                let session = ctx.session.as_ref().filter(|_| ctx.era != Era::Modern);
+                match (session, capability_for(&method)) {
+                    (Some(session), Some(capability)) if session.declared(capability) => {
+                        let id = session.expect_answer(respond);
+                        Some(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string().into_bytes())
+                    }
+                    _ => {
+                        let _ = respond.send(Err(crate::upstream::relay::unsupported(&method)));
+                        None
+                    }
+                }
+            }
+        }
     }
 
     /// Waits (bounded) for every upstream's first load, so the first listing after start-up is

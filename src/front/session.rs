@@ -13,10 +13,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use crate::pipeline::Principal;
 use crate::protocol::{ProtocolVersion, sse};
+use crate::upstream::relay;
 
 /// Frames buffered per GET stream; a client that stops reading loses notifications, not memory.
 const STREAM_BUFFER: usize = 64;
@@ -31,6 +33,14 @@ pub struct Session {
     stream: Mutex<Option<mpsc::Sender<Bytes>>>,
     streams_opened: AtomicU64,
     event_seq: AtomicU64,
+    /// Server-to-client requests relayed to this agent, by the id we gave them, awaiting the
+    /// agent's answer.
+    pending: Mutex<HashMap<String, oneshot::Sender<relay::Answer>>>,
+    next_request: AtomicU64,
+    /// Requests in flight, by the agent's id, so `notifications/cancelled` can stop them.
+    inflight: Mutex<HashMap<String, CancellationToken>>,
+    /// The level set with `logging/setLevel`, passed to 2026-07-28 upstreams per request.
+    log_level: Mutex<Option<String>>,
 }
 
 impl Session {
@@ -45,7 +55,79 @@ impl Session {
             stream: Mutex::new(None),
             streams_opened: AtomicU64::new(0),
             event_seq: AtomicU64::new(0),
+            pending: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(0),
+            inflight: Mutex::new(HashMap::new()),
+            log_level: Mutex::new(None),
         }
+    }
+
+    pub fn set_log_level(&self, level: &str) {
+        *self.log_level.lock().expect("session lock poisoned") = Some(level.to_string());
+    }
+
+    /// The agent's log level; legacy servers may log without one, so `info` when unset.
+    pub fn log_level(&self) -> String {
+        self.log_level
+            .lock()
+            .expect("session lock poisoned")
+            .clone()
+            .unwrap_or_else(|| "info".into())
+    }
+
+    /// Whether the agent declared `capability` (e.g. `sampling`) at initialize.
+    pub fn declared(&self, capability: &str) -> bool {
+        self.client_capabilities
+            .get(capability)
+            .is_some_and(|c| !c.is_null())
+    }
+
+    /// Registers a relayed server request; returns the id to send it under.
+    pub fn expect_answer(&self, respond: oneshot::Sender<relay::Answer>) -> String {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("gatehouse-{n}");
+        let mut pending = self.pending.lock().expect("session lock poisoned");
+        // Answers that never came: their senders are closed; drop them before they pile up.
+        pending.retain(|_, tx| !tx.is_closed());
+        pending.insert(id.clone(), respond);
+        id
+    }
+
+    /// Routes the agent's answer (`result` or `error`) to the relayed request it answers.
+    /// Returns false for an id we are not waiting on.
+    pub fn answer(&self, id: &str, answer: relay::Answer) -> bool {
+        let tx = self
+            .pending
+            .lock()
+            .expect("session lock poisoned")
+            .remove(id);
+        tx.is_some_and(|tx| tx.send(answer).is_ok())
+    }
+
+    /// Tracks a request so it can be cancelled; the guard forgets it when the request ends.
+    pub fn track(self: &Arc<Self>, request_id: &str) -> (CancellationToken, InflightGuard) {
+        let token = CancellationToken::new();
+        self.inflight
+            .lock()
+            .expect("session lock poisoned")
+            .insert(request_id.to_string(), token.clone());
+        (
+            token,
+            InflightGuard {
+                session: self.clone(),
+                request_id: request_id.to_string(),
+            },
+        )
+    }
+
+    /// `notifications/cancelled`: stops the named request if it is still running.
+    pub fn cancel(&self, request_id: &str) -> bool {
+        let token = self
+            .inflight
+            .lock()
+            .expect("session lock poisoned")
+            .remove(request_id);
+        token.map(|t| t.cancel()).is_some()
     }
 
     pub fn touch(&self) {
@@ -83,6 +165,22 @@ impl Session {
         let n = self.streams_opened.load(Ordering::Relaxed);
         tx.try_send(sse::message_event(Some(&format!("g{n}-{seq}")), message))
             .is_ok()
+    }
+}
+
+/// Removes a request from the in-flight table when it finishes, however it finishes.
+pub struct InflightGuard {
+    session: Arc<Session>,
+    request_id: String,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.session
+            .inflight
+            .lock()
+            .expect("session lock poisoned")
+            .remove(&self.request_id);
     }
 }
 

@@ -10,13 +10,15 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
 
-use super::session::Session;
+use super::session::{InflightGuard, Session};
 use super::{Ctx, Era, Front};
 use crate::error::{GatewayError, WireEra};
 use crate::pipeline::Principal;
-use crate::protocol::jsonrpc::{self, Incoming, Message, parse_params};
+use crate::protocol::jsonrpc::{self, Incoming, Message, Request, parse_params};
 use crate::protocol::{ProtocolVersion, meta};
+use crate::upstream::{Inbound, Relay};
 
 pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<()> {
     let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(256);
@@ -105,48 +107,94 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                 let _ = out.send(body).await;
             }
             Message::Request(req) => {
-                let modern = req
+                let envelope = req
                     .params
                     .as_deref()
                     .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
-                    .is_some_and(|p| {
-                        p.get("_meta")
-                            .and_then(|m| m.get(meta::PROTOCOL_VERSION))
-                            .is_some()
-                    });
+                    .and_then(|p| p.get("_meta").cloned())
+                    .filter(|m| m.get(meta::PROTOCOL_VERSION).is_some());
                 let current = session.lock().expect("stdio session lock").clone();
-                let era = match (&current, modern) {
-                    (_, true) => Era::Modern,
-                    (Some(s), false) => Era::Legacy(s.version),
+                let (relay, inbound) = Relay::channel();
+                let ctx = match (envelope, current) {
+                    (Some(meta), _) => Ctx::modern(
+                        principal.clone(),
+                        Some(relay),
+                        meta.get(meta::LOG_LEVEL).is_some(),
+                    ),
+                    (None, Some(s)) => Ctx::legacy(s, principal.clone(), Some(relay)),
                     // A client that skipped initialize is served as the oldest legacy revision.
-                    (None, false) => Era::Legacy(ProtocolVersion::V2025_03_26),
+                    (None, None) => Ctx {
+                        era: Era::Legacy(ProtocolVersion::V2025_03_26),
+                        principal: principal.clone(),
+                        session: None,
+                        relay: Some(relay),
+                        wants_logs: true,
+                    },
                 };
-                let ctx = Ctx {
-                    era,
-                    principal: principal.clone(),
-                    session: current,
-                };
-                let front = front.clone();
-                let out = out.clone();
-                tokio::spawn(async move {
-                    let answer = front.answer(&ctx, req).await;
-                    let _ = out.send(answer.body.into_vec()).await;
-                });
+                let cancel = ctx.session.as_ref().map(|s| s.track(req.id.raw().get()));
+                tokio::spawn(answer(
+                    front.clone(),
+                    ctx,
+                    req,
+                    inbound,
+                    cancel,
+                    out.clone(),
+                ));
             }
             Message::Notification(n) => {
-                front.metrics.count_request(&n.method, "ok");
-                if n.method == "notifications/initialized" {
-                    if let Some(s) = session.lock().expect("stdio session lock").as_ref() {
-                        s.mark_initialized();
-                    }
+                if let Some(s) = session.lock().expect("stdio session lock").as_ref() {
+                    front.on_notification(s, &n);
                 }
             }
-            Message::Response(_) => {}
+            Message::Response(r) => {
+                if let Some(s) = session.lock().expect("stdio session lock").as_ref() {
+                    front.on_response(s, r);
+                }
+            }
         }
     }
     drop(out);
     let _ = writer.await;
     Ok(())
+}
+
+/// Runs one request: relayed upstream messages go out as lines as they come, then the answer
+/// (none if the client cancelled it).
+async fn answer(
+    front: Arc<Front>,
+    ctx: Ctx,
+    req: Request,
+    mut inbound: mpsc::Receiver<Inbound>,
+    cancel: Option<(CancellationToken, InflightGuard)>,
+    out: mpsc::Sender<Vec<u8>>,
+) {
+    let (token, _guard) = match cancel {
+        Some((token, guard)) => (token, Some(guard)),
+        None => (CancellationToken::new(), None),
+    };
+    let call = front.answer(&ctx, req);
+    tokio::pin!(call);
+    loop {
+        tokio::select! {
+            biased;
+            Some(message) = inbound.recv() => {
+                if let Some(frame) = front.relay_to_agent(&ctx, message) {
+                    let _ = out.send(frame).await;
+                }
+            }
+            answer = &mut call => {
+                // Messages queued while the answer was produced still go first.
+                while let Ok(message) = inbound.try_recv() {
+                    if let Some(frame) = front.relay_to_agent(&ctx, message) {
+                        let _ = out.send(frame).await;
+                    }
+                }
+                let _ = out.send(answer.body.into_vec()).await;
+                return;
+            }
+            () = token.cancelled() => return,
+        }
+    }
 }
 
 /// Tells the stdio client when the catalog it sees changed (after it initialized).

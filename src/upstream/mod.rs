@@ -6,6 +6,7 @@
 
 mod auth;
 mod http_client;
+pub mod relay;
 pub mod streamable_http;
 
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,7 @@ use crate::config::UpstreamConfig;
 use crate::protocol::ProtocolVersion;
 use crate::telemetry::Metrics;
 
+pub use relay::{Inbound, Relay};
 pub use streamable_http::StreamableHttp;
 
 /// Health states (SPEC §3). `degraded` arrives with the liveness tier.
@@ -185,13 +187,15 @@ impl Upstream {
         self.health.lock().expect("health lock poisoned").state
     }
 
-    /// Sends one request and returns the upstream's raw `result`.
+    /// Sends one request and returns the upstream's raw `result`. What the upstream sends
+    /// meanwhile (progress, logs, its own requests) goes to `relay`, if given.
     pub async fn request(
         &self,
         method: &str,
         params: Map<String, Value>,
+        relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
-        self.transport.request(method, params).await
+        self.transport.request(method, params, relay).await
     }
 
     fn set_state(&self, state: State, failure: Option<&UpstreamError>) {

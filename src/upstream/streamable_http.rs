@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -21,6 +23,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::auth::TokenSource;
+use super::relay::{self, Relay};
 use super::{Era, UpstreamError, http_client};
 use crate::config::UpstreamConfig;
 use crate::protocol::{ProtocolVersion, header as mcp_header, meta};
@@ -53,18 +56,6 @@ pub struct StreamableHttp {
     generation: AtomicU64,
     link: RwLock<Option<Arc<Link>>>,
     relink: tokio::sync::Mutex<()>,
-}
-
-#[derive(Deserialize)]
-struct RpcResponse {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
-    #[serde(default)]
-    error: Option<RpcErrorBody>,
-    #[serde(default)]
-    method: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -122,18 +113,19 @@ impl StreamableHttp {
         &self,
         method: &str,
         params: Map<String, Value>,
+        relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let link = match self.current() {
             Some(link) => link,
             None => self.relink(None).await?,
         };
-        match self.send(&link, method, params.clone()).await {
+        match self.send(&link, method, params.clone(), relay).await {
             // The upstream forgot our session or rejected our credential: rebuild the link
             // once (re-reading the token file) and retry once.
             Err(UpstreamError::SessionExpired | UpstreamError::Unauthorized) => {
                 tracing::info!(namespace = %self.namespace, "upstream session or credential rejected; reconnecting");
                 let link = self.relink(Some(link.generation)).await?;
-                self.send(&link, method, params)
+                self.send(&link, method, params, relay)
                     .await
                     .map(|(result, _)| result)
             }
@@ -150,7 +142,7 @@ impl StreamableHttp {
             if let Some(c) = &cursor {
                 params.insert("cursor".into(), json!(c));
             }
-            let page: Value = serde_json::from_str(self.request(method, params).await?.get())
+            let page: Value = serde_json::from_str(self.request(method, params, None).await?.get())
                 .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
             let list = page.get(key).and_then(Value::as_array).ok_or_else(|| {
                 UpstreamError::Protocol(format!("{method} result has no {key:?} array"))
@@ -197,7 +189,7 @@ impl StreamableHttp {
             capabilities: None,
             generation,
         };
-        match self.send(&probe, "server/discover", Map::new()).await {
+        match self.send(&probe, "server/discover", Map::new(), None).await {
             Ok((result, _)) => {
                 let result: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
                 let speaks_modern = result
@@ -235,11 +227,13 @@ impl StreamableHttp {
         };
         let params = json!({
             "protocolVersion": ProtocolVersion::LATEST_LEGACY.as_str(),
-            "capabilities": {},
+            // One session is shared by all agents, so it declares everything the gateway can
+            // bridge; requests for an agent that lacks a capability are refused per request.
+            "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
             "clientInfo": { "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") },
         });
         let params = params.as_object().cloned().unwrap_or_default();
-        match self.send(&init, "initialize", params).await {
+        match self.send(&init, "initialize", params, None).await {
             Ok((result, session)) => {
                 let result: Value = serde_json::from_str(result.get())
                     .map_err(|e| UpstreamError::Protocol(format!("initialize result: {e}")))?;
@@ -291,6 +285,7 @@ impl StreamableHttp {
         link: &Link,
         method: &str,
         mut params: Map<String, Value>,
+        relay: Option<&Relay>,
     ) -> Result<(Box<RawValue>, Option<HeaderValue>), UpstreamError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         match link.era {
@@ -329,15 +324,32 @@ impl StreamableHttp {
                 request = request.header(mcp_header::NAME, name);
             }
         }
+        // If this future is dropped before the answer (the agent cancelled or went away, or
+        // the deadline passed), a legacy upstream is told with notifications/cancelled; for
+        // 2026-07-28 upstreams closing the stream is the cancellation.
+        let mut cancel = CancelOnDrop {
+            notice: matches!(link.era, Era::Legacy(_)).then(|| (self.poster(link), id)),
+        };
         let exchange = async {
             let response = request.send().await.map_err(|e| self.transport_error(e))?;
             let session = response.headers().get(mcp_header::SESSION_ID).cloned();
-            let result = self.read_response(link, response, id).await?;
+            let result = self.read_response(link, response, id, relay).await?;
             Ok((result, session))
         };
-        tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| UpstreamError::Timeout(self.timeout))?
+        let outcome = tokio::time::timeout(self.timeout, exchange).await;
+        if outcome.is_ok() {
+            cancel.notice = None;
+        }
+        outcome.map_err(|_| UpstreamError::Timeout(self.timeout))?
+    }
+
+    /// What it takes to POST to this upstream later, detached from `self` (for spawned tasks).
+    fn poster(&self, link: &Link) -> Poster {
+        Poster {
+            http: self.http.clone(),
+            url: self.url.clone(),
+            headers: self.headers(link),
+        }
     }
 
     async fn notify(&self, link: &Link, method: &str) -> Result<(), UpstreamError> {
@@ -356,6 +368,13 @@ impl StreamableHttp {
 
     /// A POST with every per-hop header derived here — never copied from the agent's request.
     fn post(&self, link: &Link, body: Vec<u8>) -> reqwest::RequestBuilder {
+        self.http
+            .post(self.url.clone())
+            .headers(self.headers(link))
+            .body(body)
+    }
+
+    fn headers(&self, link: &Link) -> HeaderMap {
         let mut headers = self.static_headers.clone();
         headers.insert(
             header::CONTENT_TYPE,
@@ -393,7 +412,7 @@ impl StreamableHttp {
                 }
             }
         }
-        self.http.post(self.url.clone()).headers(headers).body(body)
+        headers
     }
 
     async fn read_response(
@@ -401,6 +420,7 @@ impl StreamableHttp {
         link: &Link,
         response: reqwest::Response,
         id: u64,
+        relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let status = response.status();
         if status == StatusCode::ACCEPTED {
@@ -415,7 +435,7 @@ impl StreamableHttp {
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|ct| ct.starts_with("text/event-stream"));
             return if is_sse {
-                self.read_sse(response, id).await
+                self.read_sse(link, response, id, relay).await
             } else {
                 self.read_json(response, id).await
             };
@@ -437,8 +457,8 @@ impl StreamableHttp {
                 }
                 // A JSON-RPC error in a 4xx body (2026-07-28 sends -32601 with 404) says more
                 // than the status.
-                match parse_response(&body, id) {
-                    Ok(Err(e)) => Err(e),
+                match parse_frame(&body, id) {
+                    Frame::Response(Err(e @ UpstreamError::Rpc { .. })) => Err(e),
                     _ => Err(UpstreamError::Status(status)),
                 }
             }
@@ -451,20 +471,23 @@ impl StreamableHttp {
         id: u64,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let body = read_capped(response, self.max_response_bytes).await?;
-        // A lone JSON body is the answer, whatever its id says.
-        parse_response(&body, id).unwrap_or_else(|Skip| {
-            Err(UpstreamError::Protocol(
+        match parse_frame(&body, id) {
+            Frame::Response(result) => result,
+            _ => Err(UpstreamError::Protocol(
                 "JSON body is not the response".into(),
-            ))
-        })
+            )),
+        }
     }
 
-    /// Reads SSE events until the response to `id` arrives. Messages that are not our response
-    /// (progress, logs, server requests) are skipped here; relaying them is the relay layer's job.
+    /// Reads SSE events until the response to `id` arrives. Notifications and server requests
+    /// on the way go to `relay`; without one, server requests are refused so the upstream does
+    /// not wait for an answer that will never come.
     async fn read_sse(
         &self,
+        link: &Link,
         response: reqwest::Response,
         id: u64,
+        relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let cap = self.max_response_bytes;
         let mut seen = 0usize;
@@ -490,14 +513,56 @@ impl StreamableHttp {
             if event.event.as_deref().is_some_and(|e| e != "message") {
                 continue;
             }
-            match parse_response(data.as_bytes(), id) {
-                Ok(result) => return result,
-                Err(Skip) => continue,
+            match parse_frame(data.as_bytes(), id) {
+                Frame::Response(result) => return result,
+                Frame::Notification { method, params } => {
+                    let relayed = relay.is_some_and(|r| r.notify(method.clone(), params));
+                    if !relayed {
+                        tracing::debug!(namespace = %self.namespace, method, "upstream notification not relayed");
+                    }
+                }
+                Frame::Request {
+                    id: request_id,
+                    method,
+                    params,
+                } => {
+                    let answer = relay.and_then(|r| r.request(method.clone(), params));
+                    self.answer_server_request(link, request_id, &method, answer);
+                }
+                Frame::Other => {}
             }
         }
         Err(UpstreamError::Protocol(
             "event stream ended before the response".into(),
         ))
+    }
+
+    /// Answers an upstream's own request (sampling, elicitation, roots) once the agent side
+    /// answers, within this upstream's timeout; refuses it at once if nobody can.
+    fn answer_server_request(
+        &self,
+        link: &Link,
+        id: Value,
+        method: &str,
+        answer: Option<oneshot::Receiver<relay::Answer>>,
+    ) {
+        let poster = self.poster(link);
+        let timeout = self.timeout;
+        let refusal = relay::unsupported(method);
+        let Some(answer) = answer else {
+            poster.post(json!({ "jsonrpc": "2.0", "id": id, "error": refusal }));
+            return;
+        };
+        tokio::spawn(async move {
+            let message = match tokio::time::timeout(timeout, answer).await {
+                Ok(Ok(Ok(result))) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                Ok(Ok(Err(error))) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+                _ => {
+                    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32001, "message": "the client did not answer in time" } })
+                }
+            };
+            poster.post(message);
+        });
     }
 
     fn transport_error(&self, e: reqwest::Error) -> UpstreamError {
@@ -509,30 +574,65 @@ impl StreamableHttp {
     }
 }
 
-/// Not the response we wait for (a notification or server request on the same stream).
-struct Skip;
+/// One message read from an upstream while waiting for the response to `id`.
+enum Frame {
+    Response(Result<Box<RawValue>, UpstreamError>),
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// A request of the upstream's own, to be answered with the same id.
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// A response to some other id: not ours to handle.
+    Other,
+}
 
-/// Parses one JSON-RPC message; `Err(Skip)` if it is not the response to `id`.
-fn parse_response(body: &[u8], id: u64) -> Result<Result<Box<RawValue>, UpstreamError>, Skip> {
-    let message: RpcResponse = match serde_json::from_slice(body) {
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<RpcErrorBody>,
+}
+
+fn parse_frame(body: &[u8], id: u64) -> Frame {
+    let message: Message = match serde_json::from_slice(body) {
         Ok(m) => m,
         Err(e) => {
-            return Ok(Err(UpstreamError::Protocol(format!(
-                "invalid JSON-RPC response: {e}"
+            return Frame::Response(Err(UpstreamError::Protocol(format!(
+                "invalid JSON-RPC message: {e}"
             ))));
         }
     };
-    if message.method.is_some() {
-        return Err(Skip);
+    let params = || message.params.clone().unwrap_or_else(|| json!({}));
+    match (&message.method, &message.id) {
+        (Some(method), None) => {
+            return Frame::Notification {
+                method: method.clone(),
+                params: params(),
+            };
+        }
+        (Some(method), Some(request_id)) => {
+            return Frame::Request {
+                id: request_id.clone(),
+                method: method.clone(),
+                params: params(),
+            };
+        }
+        (None, Some(v)) if v.as_u64() != Some(id) && !v.is_null() => return Frame::Other,
+        (None, _) => {}
     }
-    let id_matches = message
-        .id
-        .as_ref()
-        .is_none_or(|v| v.as_u64() == Some(id) || v.is_null());
-    if !id_matches {
-        return Err(Skip);
-    }
-    Ok(match (message.result, message.error) {
+    Frame::Response(match (message.result, message.error) {
         (Some(result), None) => Ok(result),
         (_, Some(error)) => Err(UpstreamError::Rpc {
             code: error.code,
@@ -543,6 +643,51 @@ fn parse_response(body: &[u8], id: u64) -> Result<Result<Box<RawValue>, Upstream
             "response has neither result nor error".into(),
         )),
     })
+}
+
+/// A detached POST target: the client, URL and per-hop headers of one link.
+struct Poster {
+    http: reqwest::Client,
+    url: Url,
+    headers: HeaderMap,
+}
+
+impl Poster {
+    fn post(self, message: Value) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        handle.spawn(async move {
+            let send = self
+                .http
+                .post(self.url)
+                .headers(self.headers)
+                .body(message.to_string())
+                .send();
+            match tokio::time::timeout(Duration::from_secs(10), send).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "could not deliver a message upstream"),
+                Err(_) => tracing::debug!("timed out delivering a message upstream"),
+            }
+        });
+    }
+}
+
+/// Tells a legacy upstream that a request was abandoned, unless disarmed first.
+struct CancelOnDrop {
+    notice: Option<(Poster, u64)>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((poster, id)) = self.notice.take() {
+            poster.post(json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": { "requestId": id, "reason": "the agent cancelled or the deadline passed" },
+            }));
+        }
+    }
 }
 
 /// `Mcp-Name` for 2026-07-28: the upstream-local tool/prompt name or resource URI, base64-wrapped
@@ -605,22 +750,31 @@ mod tests {
     }
 
     #[test]
-    fn responses_for_other_ids_and_notifications_are_skipped() {
+    fn frames_are_told_apart() {
+        let frame = |body: &str| parse_frame(body.as_bytes(), 1);
         assert!(
-            parse_response(br#"{"jsonrpc":"2.0","method":"notifications/progress"}"#, 1).is_err()
+            matches!(frame(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#),
+            Frame::Notification { ref method, .. } if method == "notifications/progress")
         );
-        assert!(parse_response(br#"{"jsonrpc":"2.0","id":2,"result":{}}"#, 1).is_err());
-        let ok = parse_response(br#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#, 1)
-            .ok()
-            .unwrap()
-            .unwrap();
-        assert_eq!(ok.get(), r#"{"a":1}"#);
-        let err = parse_response(
-            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}"#,
-            1,
-        )
-        .ok()
-        .unwrap();
-        assert!(matches!(err, Err(UpstreamError::Rpc { code: -32601, .. })));
+        assert!(
+            matches!(frame(r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage"}"#),
+            Frame::Request { ref id, .. } if id == "s1")
+        );
+        assert!(matches!(
+            frame(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
+            Frame::Other
+        ));
+        match frame(r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#) {
+            Frame::Response(Ok(raw)) => assert_eq!(raw.get(), r#"{"a":1}"#),
+            _ => panic!("our response"),
+        }
+        assert!(matches!(
+            frame(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}"#),
+            Frame::Response(Err(UpstreamError::Rpc { code: -32601, .. }))
+        ));
+        assert!(matches!(
+            frame("{nope"),
+            Frame::Response(Err(UpstreamError::Protocol(_)))
+        ));
     }
 }

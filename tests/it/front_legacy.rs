@@ -244,14 +244,44 @@ async fn oversized_bodies_get_413() {
 }
 
 #[tokio::test]
-async fn progress_tracked_calls_answer_over_sse() {
+async fn answers_are_json_until_there_is_something_to_relay() {
     let (_up, gw) = gateway().await;
     let client = Legacy::connect(&gw.url).await;
     let reply = client
         .post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "fake__echo", "arguments": {"message": "hi"}, "_meta": {"progressToken": "p1"}}}))
         .await;
-    assert_eq!(reply.header("content-type"), Some("text/event-stream"));
+    assert_eq!(reply.header("content-type"), Some("application/json"));
     assert_eq!(reply.json()["result"]["content"][0]["text"], "hi");
+}
+
+#[tokio::test]
+async fn upstream_log_messages_stream_before_the_answer() {
+    // This fake answers on an SSE stream that carries a notifications/message first.
+    let up = FakeUpstream::new()
+        .echo_tool("echo")
+        .sse_responses()
+        .start()
+        .await;
+    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let client = Legacy::connect(&gw.url).await;
+    let reply = client.post(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "fake__echo", "arguments": {"message": "hi"}}})).await;
+    assert_eq!(
+        reply.header("content-type"),
+        Some("text/event-stream"),
+        "{}",
+        reply.body
+    );
+    let messages: Vec<Value> = reply
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0]["method"], "notifications/message");
+    assert_eq!(messages[0]["params"]["data"], "working");
+    assert_eq!(messages[1]["id"], 6, "the answer is the last event");
+    assert_eq!(messages[1]["result"]["content"][0]["text"], "hi");
 }
 
 #[tokio::test]
