@@ -7,6 +7,7 @@ mod faults;
 mod front_legacy;
 mod front_modern;
 mod interop;
+mod relays;
 mod routing;
 mod security;
 mod upstream_client;

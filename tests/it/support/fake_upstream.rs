@@ -14,6 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
+use futures_util::StreamExt;
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
@@ -45,6 +46,9 @@ pub enum Fault {
     HugeBody(usize),
     CloseMidStream,
     Http(StatusCode),
+    /// Sends a server request (e.g. `sampling/createMessage`) on the response stream, waits for
+    /// the gateway to POST the answer back, and returns that answer as the tool's text.
+    AskClient(&'static str),
 }
 
 pub struct FakeUpstreamBuilder {
@@ -75,11 +79,14 @@ struct Inner {
     session_counter: AtomicUsize,
     hits: Mutex<Vec<Hit>>,
     down: AtomicBool,
+    /// Server requests sent, by id, waiting for the gateway's answer.
+    answers: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
 }
 
 /// One request the fake received.
 #[derive(Clone, Debug)]
 pub struct Hit {
+    pub id: Option<Value>,
     pub method: String,
     pub params: Value,
     pub headers: HeaderMap,
@@ -245,6 +252,7 @@ impl FakeUpstreamBuilder {
             session_counter: AtomicUsize::new(0),
             hits: Mutex::new(Vec::new()),
             down: AtomicBool::new(false),
+            answers: Mutex::new(HashMap::new()),
         });
         let app = Router::new()
             .route("/mcp", post(handle))
@@ -294,6 +302,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         .to_string();
     let params = message.get("params").cloned().unwrap_or(json!({}));
     inner.hits.lock().unwrap().push(Hit {
+        id: message.get("id").cloned(),
         method: method.clone(),
         params: params.clone(),
         headers: headers.clone(),
@@ -305,6 +314,26 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         if presented != Some(&format!("Bearer {token}")) {
             return reply(StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"}));
         }
+    }
+    // A response to one of our server requests.
+    if message.get("method").is_none() {
+        let id = message
+            .get("id")
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+            .unwrap_or_default();
+        if let Some(tx) = inner.answers.lock().unwrap().remove(&id) {
+            let _ = tx.send(
+                message
+                    .get("result")
+                    .or_else(|| message.get("error"))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            );
+        }
+        return Response::builder()
+            .status(StatusCode::ACCEPTED)
+            .body(Body::empty())
+            .unwrap();
     }
     let Some(id) = message.get("id").cloned() else {
         // Notifications (and responses) are accepted without a body.
@@ -492,6 +521,31 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                     return Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(Body::from_stream(chunks))
+                        .unwrap();
+                }
+                Some(Fault::AskClient(server_method)) => {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let request_id = format!(
+                        "srv-{}",
+                        inner.session_counter.fetch_add(1, Ordering::SeqCst)
+                    );
+                    inner.answers.lock().unwrap().insert(request_id.clone(), tx);
+                    let ask = json!({"jsonrpc": "2.0", "id": request_id, "method": server_method, "params": {"messages": [], "maxTokens": 5}});
+                    let first = Bytes::from(format!("event: message\ndata: {ask}\n\n"));
+                    let id = id.clone();
+                    let rest = futures_util::stream::once(async move {
+                        let answer = rx.await.unwrap_or(Value::Null);
+                        let done = result(&id, text_result(&answer.to_string()));
+                        Ok::<_, std::io::Error>(Bytes::from(format!(
+                            "event: message\ndata: {done}\n\n"
+                        )))
+                    });
+                    let body =
+                        futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) })
+                            .chain(rest);
+                    return Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from_stream(body))
                         .unwrap();
                 }
                 Some(Fault::Http(status)) => {
