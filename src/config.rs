@@ -114,10 +114,29 @@ pub enum LogFormat {
     Json,
 }
 
+/// How to reach an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Streamable HTTP at `url`.
+    Http { url: Url },
+    /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
+    Stdio(StdioCommand),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioCommand {
+    pub command: String,
+    pub args: Vec<String>,
+    /// The child's whole environment: a few basics (`PATH`, `HOME`, `LANG`, …), the variables
+    /// named in `env_passthrough`, then `env`. The gateway's own secrets are not inherited.
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
 #[derive(Clone)]
 pub struct UpstreamConfig {
     pub namespace: String,
-    pub url: Url,
+    pub endpoint: Endpoint,
     pub auth: UpstreamAuth,
     pub origin: Option<HeaderValue>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -133,14 +152,26 @@ pub struct UpstreamConfig {
 /// never reach a log through `{:?}`.
 impl fmt::Debug for UpstreamConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut url = self.url.clone();
-        if url.password().is_some() {
-            let _ = url.set_password(Some("redacted"));
-        }
+        let endpoint = match &self.endpoint {
+            Endpoint::Http { url } => {
+                let mut url = url.clone();
+                if url.password().is_some() {
+                    let _ = url.set_password(Some("redacted"));
+                }
+                url.to_string()
+            }
+            // Environment values may be secrets: names only.
+            Endpoint::Stdio(c) => format!(
+                "{} {:?} (env: {:?})",
+                c.command,
+                c.args,
+                c.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>()
+            ),
+        };
         let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("UpstreamConfig")
             .field("namespace", &self.namespace)
-            .field("url", &url.as_str())
+            .field("endpoint", &endpoint)
             .field("auth", &self.auth)
             .field("origin", &self.origin)
             .field("headers", &header_names)
@@ -151,6 +182,16 @@ impl fmt::Debug for UpstreamConfig {
             .field("probe_interval", &self.probe_interval)
             .field("pin", &self.pin)
             .finish()
+    }
+}
+
+impl UpstreamConfig {
+    /// The HTTP endpoint, if this upstream is reached over HTTP.
+    pub fn url(&self) -> Option<&Url> {
+        match &self.endpoint {
+            Endpoint::Http { url } => Some(url),
+            Endpoint::Stdio(_) => None,
+        }
     }
 }
 
@@ -456,32 +497,7 @@ impl Validator<'_> {
                  HTTP url",
             );
         }
-        let url = match u.url {
-            None => {
-                self.error(
-                    format!("{at}.url"),
-                    Some(u.namespace.span.clone()),
-                    "required: the upstream's MCP endpoint URL",
-                );
-                None
-            }
-            Some(url) => match Url::parse(&url.value) {
-                Ok(parsed)
-                    if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() =>
-                {
-                    Some(parsed)
-                }
-                _ => {
-                    self.error(
-                        format!("{at}.url"),
-                        Some(url.span),
-                        format!("expected an absolute http(s) URL, got {:?}", url.value),
-                    );
-                    None
-                }
-            },
-        };
-
+        let endpoint = self.endpoint(at, &u);
         let auth = match (u.bearer_token_env, u.token_file) {
             (Some(env), Some(file)) => {
                 self.error(
@@ -537,7 +553,7 @@ impl Validator<'_> {
 
         let config = UpstreamConfig {
             namespace: u.namespace.value,
-            url: url?,
+            endpoint: endpoint?,
             auth,
             origin,
             headers,
@@ -557,6 +573,99 @@ impl Validator<'_> {
             pin: u.pin.unwrap_or_default(),
         };
         Some(config)
+    }
+
+    /// `url` (Streamable HTTP) or `command` (stdio child): exactly one.
+    fn endpoint(&mut self, at: &str, u: &RawUpstream) -> Option<Endpoint> {
+        let stdio_only = [
+            ("args", u.args.is_some()),
+            ("env", u.env.is_some()),
+            ("env_passthrough", u.env_passthrough.is_some()),
+            ("cwd", u.cwd.is_some()),
+        ];
+        match (&u.url, &u.command) {
+            (Some(url), Some(command)) => {
+                self.error(
+                    format!("{at}.command"),
+                    Some(command.span.clone()),
+                    format!("set either url ({:?}) or command, not both", url.value),
+                );
+                None
+            }
+            (None, None) => {
+                self.error(
+                    format!("{at}.url"),
+                    Some(u.namespace.span.clone()),
+                    "required: the upstream's MCP endpoint URL (or `command` for a stdio server)",
+                );
+                None
+            }
+            (Some(url), None) => {
+                for (key, set) in stdio_only {
+                    if set {
+                        self.error(
+                            format!("{at}.{key}"),
+                            Some(url.span.clone()),
+                            format!("{key} only applies to stdio upstreams (`command`)"),
+                        );
+                    }
+                }
+                match Url::parse(&url.value) {
+                    Ok(parsed)
+                        if matches!(parsed.scheme(), "http" | "https")
+                            && parsed.host().is_some() =>
+                    {
+                        Some(Endpoint::Http { url: parsed })
+                    }
+                    _ => {
+                        self.error(
+                            format!("{at}.url"),
+                            Some(url.span.clone()),
+                            format!("expected an absolute http(s) URL, got {:?}", url.value),
+                        );
+                        None
+                    }
+                }
+            }
+            (None, Some(command)) => {
+                if command.value.trim().is_empty() {
+                    self.error(
+                        format!("{at}.command"),
+                        Some(command.span.clone()),
+                        "expected a program name or path",
+                    );
+                    return None;
+                }
+                let mut env: Vec<(String, String)> = Vec::new();
+                for basic in [
+                    "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SHELL", "TERM",
+                ] {
+                    if let Some(value) = self.env.get(basic) {
+                        env.push((basic.to_string(), value));
+                    }
+                }
+                for name in u.env_passthrough.clone().unwrap_or_default() {
+                    match self.env.get(&name.value) {
+                        Some(value) => env.push((name.value, value)),
+                        None => self.error(
+                            format!("{at}.env_passthrough"),
+                            Some(name.span),
+                            format!("environment variable {:?} is not set", name.value),
+                        ),
+                    }
+                }
+                for (key, value) in u.env.clone().unwrap_or_default() {
+                    env.retain(|(k, _)| *k != key);
+                    env.push((key, value));
+                }
+                Some(Endpoint::Stdio(StdioCommand {
+                    command: command.value.clone(),
+                    args: u.args.clone().unwrap_or_default(),
+                    env,
+                    cwd: u.cwd.as_ref().map(|c| self.expand_home(c)),
+                }))
+            }
+        }
     }
 
     fn headers(
@@ -732,14 +841,19 @@ pub fn plan(config: &Config, path: &Path) -> String {
             UpstreamAuth::Bearer { env, .. } => format!("bearer from ${env}"),
             UpstreamAuth::TokenFile(p) => format!("token file {}", p.display()),
         };
-        let mut url = u.url.clone();
-        let _ = url.set_password(None);
-        let _ = url.set_username("");
+        let target = match &u.endpoint {
+            Endpoint::Http { url } => {
+                let mut url = url.clone();
+                let _ = url.set_password(None);
+                let _ = url.set_username("");
+                format!("streamable-http {url}")
+            }
+            Endpoint::Stdio(c) => format!("stdio `{} {}`", c.command, c.args.join(" ")),
+        };
         let _ = writeln!(
             out,
-            "  - {:<12} streamable-http {}  ({auth}; timeout {:?}{})",
+            "  - {:<12} {target}  ({auth}; timeout {:?}{})",
             u.namespace,
-            url,
             u.timeout,
             if u.tls_verify {
                 ""

@@ -116,16 +116,26 @@ impl Gateway {
         }
         tracing::info!("shutting down: no new connections; open streams get {SHUTDOWN_GRACE:?}");
         let _ = stop_tx.send(true);
-        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+        let served = match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
             Ok(result) => result.map_err(StartError::Serve),
             Err(_) => Ok(()),
-        }
+        };
+        self.stop_upstreams().await;
+        served
     }
 
     pub async fn serve_stdio(&self) -> Result<(), StartError> {
-        front::stdio::serve(self.front.clone(), Principal::new("stdio"))
+        let served = front::stdio::serve(self.front.clone(), Principal::new("stdio"))
             .await
-            .map_err(StartError::Serve)
+            .map_err(StartError::Serve);
+        self.stop_upstreams().await;
+        served
+    }
+
+    /// Stops every child process (stdio upstreams), so none outlives the gateway.
+    pub async fn stop_upstreams(&self) {
+        let stops = self.front.upstreams.iter().map(|u| u.transport.shutdown());
+        futures_util::future::join_all(stops).await;
     }
 }
 

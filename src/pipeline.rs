@@ -89,12 +89,13 @@ fn upstream_error(namespace: &str, e: UpstreamError) -> GatewayError {
     tracing::warn!(namespace, class = e.class(), error = %e, "upstream request failed");
     let namespace = namespace.to_string();
     match e {
-        UpstreamError::Connect(_) | UpstreamError::TokenFile { .. } => {
-            GatewayError::UpstreamUnavailable {
-                namespace,
-                source: Some(Box::new(e)),
-            }
-        }
+        UpstreamError::Connect(_)
+        | UpstreamError::TokenFile { .. }
+        | UpstreamError::Spawn(_)
+        | UpstreamError::Exited => GatewayError::UpstreamUnavailable {
+            namespace,
+            source: Some(Box::new(e)),
+        },
         UpstreamError::Timeout(_) => GatewayError::DeadlineExceeded { namespace },
         UpstreamError::Rpc { code: -32602, .. } => GatewayError::InvalidParams(FieldError {
             path: "params".into(),

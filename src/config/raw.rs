@@ -64,6 +64,11 @@ pub struct RawGateway {
 pub struct RawUpstream {
     pub namespace: Sp<String>,
     pub url: Option<Sp<String>>,
+    pub command: Option<Sp<String>>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub env_passthrough: Option<Vec<Sp<String>>>,
+    pub cwd: Option<String>,
     pub use_sse: Option<Sp<bool>>,
     pub bearer_token_env: Option<Sp<String>>,
     pub token_file: Option<Sp<String>>,

@@ -91,7 +91,7 @@ fn defaults_fill_every_unset_value() {
 
     let u = only_upstream(&config);
     assert_eq!(u.namespace, "alpha");
-    assert_eq!(u.url.as_str(), "http://127.0.0.1:9001/mcp");
+    assert_eq!(u.url().unwrap().as_str(), "http://127.0.0.1:9001/mcp");
     assert_eq!(u.auth, UpstreamAuth::None);
     assert_eq!(u.origin, None);
     assert!(u.headers.is_empty());
@@ -544,7 +544,10 @@ fn url_credentials_are_kept_but_never_printed() {
         "header names stay visible: {debug}"
     );
     // The request still goes out with it.
-    assert_eq!(only_upstream(&config).url.password(), Some("hunter2"));
+    assert_eq!(
+        only_upstream(&config).url().unwrap().password(),
+        Some("hunter2")
+    );
 }
 
 // ---- headers ------------------------------------------------------------------------------------
@@ -785,7 +788,7 @@ fn the_routing_seed_minimal_example_loads() {
     assert!(config.rag.enabled);
     let u = only_upstream(&config);
     assert_eq!(u.namespace, "bamboo");
-    assert_eq!(u.url.as_str(), "http://localhost:8000/mcp");
+    assert_eq!(u.url().unwrap().as_str(), "http://localhost:8000/mcp");
     assert_eq!(u.auth, UpstreamAuth::None);
     assert!(u.tls_verify);
     assert!(config.prefixed());
@@ -815,7 +818,10 @@ fn the_routing_seed_production_example_loads() {
     assert_eq!(namespaces, ["bamboo", "panda"]);
 
     let bamboo = &config.upstreams[0];
-    assert_eq!(bamboo.url.as_str(), "https://aipanda033.cern.ch:8000/mcp");
+    assert_eq!(
+        bamboo.url().unwrap().as_str(),
+        "https://aipanda033.cern.ch:8000/mcp"
+    );
     assert_eq!(
         bamboo.auth,
         UpstreamAuth::Bearer {
@@ -831,7 +837,10 @@ fn the_routing_seed_production_example_loads() {
 
     // `use_sse = false` is the Streamable HTTP transport, which is what this build speaks.
     let panda = &config.upstreams[1];
-    assert_eq!(panda.url.as_str(), "https://panda-mcp.cern.ch/mcp");
+    assert_eq!(
+        panda.url().unwrap().as_str(),
+        "https://panda-mcp.cern.ch/mcp"
+    );
     assert_eq!(
         panda.auth,
         UpstreamAuth::TokenFile(PathBuf::from("/home/panda/.panda_id_token"))

@@ -7,6 +7,7 @@
 mod auth;
 mod http_client;
 pub mod relay;
+pub mod stdio;
 pub mod streamable_http;
 
 use std::sync::{Arc, Mutex};
@@ -18,11 +19,12 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use crate::catalog::{Catalog, Listing};
-use crate::config::UpstreamConfig;
+use crate::config::{Endpoint, UpstreamConfig};
 use crate::protocol::ProtocolVersion;
 use crate::telemetry::Metrics;
 
 pub use relay::{Inbound, Relay};
+pub use stdio::StdioTransport;
 pub use streamable_http::StreamableHttp;
 
 /// Health states (SPEC §3). `degraded` arrives with the liveness tier.
@@ -94,6 +96,10 @@ pub enum UpstreamError {
     },
     #[error("token file {path}: {reason}")]
     TokenFile { path: String, reason: String },
+    #[error("cannot start the server process: {0}")]
+    Spawn(String),
+    #[error("the server process exited")]
+    Exited,
 }
 
 impl UpstreamError {
@@ -109,12 +115,17 @@ impl UpstreamError {
             Self::Protocol(_) => "protocol",
             Self::Rpc { .. } => "rpc_error",
             Self::TokenFile { .. } => "token_file",
+            Self::Spawn(_) => "spawn",
+            Self::Exited => "exited",
         }
     }
 
     /// True when the upstream could not be reached at all (as opposed to answering badly).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, Self::Connect(_) | Self::TokenFile { .. })
+        matches!(
+            self,
+            Self::Connect(_) | Self::TokenFile { .. } | Self::Spawn(_) | Self::Exited
+        )
     }
 }
 
@@ -134,6 +145,9 @@ pub struct Health {
     pub protocol: Option<&'static str>,
     pub tools: usize,
     pub fingerprint: Option<String>,
+    /// The server process, for stdio upstreams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub last_error: Option<Failure>,
     #[serde(serialize_with = "rfc3339")]
     pub since: SystemTime,
@@ -144,7 +158,7 @@ pub struct Upstream {
     pub index: usize,
     pub namespace: Arc<str>,
     pub config: UpstreamConfig,
-    pub transport: StreamableHttp,
+    pub transport: Transport,
     health: Mutex<Health>,
     metrics: Arc<Metrics>,
 }
@@ -157,14 +171,27 @@ impl Upstream {
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
         let namespace: Arc<str> = config.namespace.as_str().into();
-        let transport = StreamableHttp::new(&config, max_response_bytes)?;
+        let transport = match &config.endpoint {
+            Endpoint::Http { url } => Transport::Http(StreamableHttp::new(
+                &config,
+                url.clone(),
+                max_response_bytes,
+            )?),
+            Endpoint::Stdio(command) => Transport::Stdio(StdioTransport::new(
+                &namespace,
+                command.clone(),
+                config.timeout,
+                max_response_bytes,
+            )),
+        };
         let health = Health {
             namespace: namespace.clone(),
             state: State::Connecting,
-            transport: "streamable_http",
+            transport: transport.kind(),
             protocol: None,
             tools: 0,
             fingerprint: None,
+            pid: None,
             last_error: None,
             since: SystemTime::now(),
         };
@@ -219,6 +246,10 @@ impl Upstream {
         h.tools = tools;
         h.fingerprint = fingerprint;
         h.protocol = self.transport.era().map(Era::label);
+        h.pid = match &self.transport {
+            Transport::Stdio(t) => t.pid(),
+            Transport::Http(_) => None,
+        };
     }
 
     /// Connects (probing the era) and fetches every list the upstream offers.
@@ -226,7 +257,7 @@ impl Upstream {
         let caps = self.transport.ensure_connected().await?;
         let has = |cap: &str| caps.as_ref().is_none_or(|c| c.get(cap).is_some());
         let mut listing = Listing {
-            tools: self.transport.list_all("tools/list", "tools").await?,
+            tools: self.list_all("tools/list", "tools").await?,
             ..Listing::default()
         };
         // Optional lists: a server may advertise a capability and still not implement the list;
@@ -243,8 +274,35 @@ impl Upstream {
         Ok(listing)
     }
 
+    /// Fetches every page of a list method and returns the items that are JSON objects.
+    async fn list_all(&self, method: &str, key: &str) -> Result<Vec<Value>, UpstreamError> {
+        const MAX_PAGES: usize = 1000;
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut params = Map::new();
+            if let Some(c) = &cursor {
+                params.insert("cursor".into(), Value::from(c.as_str()));
+            }
+            let page: Value = serde_json::from_str(self.request(method, params, None).await?.get())
+                .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
+            let list = page.get(key).and_then(Value::as_array).ok_or_else(|| {
+                UpstreamError::Protocol(format!("{method} result has no {key:?} array"))
+            })?;
+            items.extend(list.iter().filter(|v| v.is_object()).cloned());
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
+                    cursor = Some(next.to_string())
+                }
+                _ => return Ok(items),
+            }
+        }
+        tracing::warn!(namespace = %self.namespace, method, "stopped paginating after {MAX_PAGES} pages");
+        Ok(items)
+    }
+
     async fn optional_list(&self, method: &str, key: &str) -> Vec<Value> {
-        match self.transport.list_all(method, key).await {
+        match self.list_all(method, key).await {
             Ok(items) => items,
             Err(e) => {
                 tracing::debug!(namespace = %self.namespace, method, error = %e, "optional list unavailable");
@@ -272,20 +330,192 @@ pub async fn supervise(
                 upstream.record_listing(tools, fingerprint);
                 upstream.set_state(State::Up, None);
                 first_load.send_replace(true);
-                tokio::time::sleep(refresh).await;
+                // Refresh on schedule, at once when the server says its lists changed, or
+                // as soon as its process dies (stdio), to report it and restart it.
+                tokio::select! {
+                    () = tokio::time::sleep(refresh) => {}
+                    () = upstream.transport.list_changed() => {
+                        tracing::debug!(namespace = %upstream.namespace, "upstream list changed; refreshing");
+                    }
+                    () = upstream.transport.closed() => {
+                        failures = failures.saturating_add(1);
+                        withdraw(&upstream, &catalog, &UpstreamError::Exited);
+                        tokio::time::sleep(backoff(failures)).await;
+                    }
+                }
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
-                tracing::warn!(namespace = %upstream.namespace, class = e.class(), error = %e, "upstream unavailable");
-                catalog.update(upstream.index, None);
-                upstream.record_listing(0, None);
-                upstream.set_state(State::Down, Some(&e));
-                upstream.transport.reset();
+                withdraw(&upstream, &catalog, &e);
                 first_load.send_replace(true);
                 tokio::time::sleep(backoff(failures)).await;
             }
         }
     }
+}
+
+/// Takes a failed upstream's tools out of the catalog and reports it down.
+fn withdraw(upstream: &Upstream, catalog: &Catalog, e: &UpstreamError) {
+    tracing::warn!(namespace = %upstream.namespace, class = e.class(), error = %e, "upstream unavailable");
+    catalog.update(upstream.index, None);
+    upstream.record_listing(0, None);
+    upstream.set_state(State::Down, Some(e));
+    upstream.transport.reset();
+}
+
+/// The transports an upstream can be reached over.
+pub enum Transport {
+    Http(StreamableHttp),
+    Stdio(StdioTransport),
+}
+
+impl Transport {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http(_) => "streamable_http",
+            Self::Stdio(_) => "stdio",
+        }
+    }
+
+    pub fn era(&self) -> Option<Era> {
+        match self {
+            Self::Http(t) => t.era(),
+            Self::Stdio(t) => t.era(),
+        }
+    }
+
+    pub async fn ensure_connected(&self) -> Result<Option<Value>, UpstreamError> {
+        match self {
+            Self::Http(t) => t.ensure_connected().await,
+            Self::Stdio(t) => t.ensure_connected().await,
+        }
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        relay: Option<&Relay>,
+    ) -> Result<Box<RawValue>, UpstreamError> {
+        match self {
+            Self::Http(t) => t.request(method, params, relay).await,
+            Self::Stdio(t) => t.request(method, params, relay).await,
+        }
+    }
+
+    /// Forgets a broken connection so the next request makes a new one.
+    pub fn reset(&self) {
+        match self {
+            Self::Http(t) => t.reset(),
+            Self::Stdio(t) => t.reset(),
+        }
+    }
+
+    /// Resolves when the connection is known dead (a stdio process exited).
+    pub async fn closed(&self) {
+        match self {
+            Self::Http(_) => std::future::pending().await,
+            Self::Stdio(t) => t.closed().await,
+        }
+    }
+
+    /// Resolves when the server announces that one of its lists changed.
+    pub async fn list_changed(&self) {
+        match self {
+            Self::Http(_) => std::future::pending().await,
+            Self::Stdio(t) => t.list_changed().await,
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        if let Self::Stdio(t) = self {
+            t.shutdown().await;
+        }
+    }
+}
+
+pub(crate) const CLIENT_NAME: &str = "gatehouse";
+
+/// Adds this hop's 2026-07-28 envelope to a request's `_meta` (modern upstreams), or removes
+/// every 2026-07-28 key (legacy upstreams). The agent's declared capabilities and log level,
+/// when the front door forwarded them, are kept for modern upstreams.
+pub(crate) fn stamp_envelope(era: Era, params: &mut Map<String, Value>) {
+    use crate::protocol::meta;
+    match era {
+        Era::Modern => {
+            let envelope = params
+                .entry("_meta")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(envelope) = envelope.as_object_mut() {
+                envelope.insert(
+                    meta::PROTOCOL_VERSION.into(),
+                    ProtocolVersion::MODERN.as_str().into(),
+                );
+                envelope
+                    .entry(meta::CLIENT_CAPABILITIES)
+                    .or_insert_with(|| serde_json::json!({}));
+                envelope.insert(
+                    meta::CLIENT_INFO.into(),
+                    serde_json::json!({ "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") }),
+                );
+            }
+        }
+        Era::Legacy(_) | Era::Bare => {
+            if let Some(envelope) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                envelope.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+            }
+        }
+    }
+}
+
+/// Our `initialize` params. One upstream session serves every agent, so it declares all the
+/// client capabilities the gateway can bridge; agents lacking one get a per-request refusal.
+pub(crate) fn initialize_params() -> Map<String, Value> {
+    let params = serde_json::json!({
+        "protocolVersion": ProtocolVersion::LATEST_LEGACY.as_str(),
+        "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
+        "clientInfo": { "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") },
+    });
+    params.as_object().cloned().unwrap_or_default()
+}
+
+/// A `server/discover` result's capabilities, if it says the server speaks 2026-07-28.
+pub(crate) fn discovered_capabilities(result: &RawValue) -> Option<Value> {
+    let result: Value = serde_json::from_str(result.get()).ok()?;
+    let modern = result
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v == ProtocolVersion::MODERN.as_str()));
+    modern.then(|| {
+        result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}))
+    })
+}
+
+/// The version and capabilities an `initialize` result settles on.
+pub(crate) fn initialized(result: &RawValue) -> Result<(ProtocolVersion, Value), UpstreamError> {
+    let result: Value = serde_json::from_str(result.get())
+        .map_err(|e| UpstreamError::Protocol(format!("initialize result: {e}")))?;
+    let offered = result
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let version = ProtocolVersion::parse(offered)
+        .filter(|v| !v.is_modern())
+        .ok_or_else(|| {
+            UpstreamError::Protocol(format!(
+                "upstream offered unsupported protocol version {offered:?}"
+            ))
+        })?;
+    Ok((
+        version,
+        result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({})),
+    ))
 }
 
 /// Full jitter: `U(0, min(cap, base · 2^n))` (the AWS architecture blog's recommendation).

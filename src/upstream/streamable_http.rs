@@ -24,12 +24,13 @@ use serde_json::{Map, Value, json};
 
 use super::auth::TokenSource;
 use super::relay::{self, Relay};
-use super::{Era, UpstreamError, http_client};
+use super::{
+    Era, UpstreamError, discovered_capabilities, http_client, initialize_params, initialized,
+    stamp_envelope,
+};
 use crate::config::UpstreamConfig;
-use crate::protocol::{ProtocolVersion, header as mcp_header, meta};
+use crate::protocol::{ProtocolVersion, header as mcp_header};
 
-const CLIENT_NAME: &str = "gatehouse";
-const MAX_PAGES: usize = 1000;
 /// Error bodies are only sniffed (for "session"), never relayed: a small cap is enough.
 const ERROR_BODY_CAP: usize = 8 * 1024;
 
@@ -68,7 +69,11 @@ struct RpcErrorBody {
 }
 
 impl StreamableHttp {
-    pub fn new(config: &UpstreamConfig, max_response_bytes: usize) -> Result<Self, String> {
+    pub fn new(
+        config: &UpstreamConfig,
+        url: Url,
+        max_response_bytes: usize,
+    ) -> Result<Self, String> {
         let mut static_headers = HeaderMap::new();
         if let Some(origin) = &config.origin {
             static_headers.insert(header::ORIGIN, origin.clone());
@@ -78,7 +83,7 @@ impl StreamableHttp {
         }
         Ok(Self {
             namespace: config.namespace.as_str().into(),
-            url: config.url.clone(),
+            url,
             http: http_client::build(config)?,
             token: TokenSource::from_config(&config.auth)?,
             static_headers,
@@ -133,32 +138,6 @@ impl StreamableHttp {
         }
     }
 
-    /// Fetches every page of a list method and returns the items that are JSON objects.
-    pub async fn list_all(&self, method: &str, key: &str) -> Result<Vec<Value>, UpstreamError> {
-        let mut items = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let mut params = Map::new();
-            if let Some(c) = &cursor {
-                params.insert("cursor".into(), json!(c));
-            }
-            let page: Value = serde_json::from_str(self.request(method, params, None).await?.get())
-                .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
-            let list = page.get(key).and_then(Value::as_array).ok_or_else(|| {
-                UpstreamError::Protocol(format!("{method} result has no {key:?} array"))
-            })?;
-            items.extend(list.iter().filter(|v| v.is_object()).cloned());
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
-                    cursor = Some(next.to_string())
-                }
-                _ => return Ok(items),
-            }
-        }
-        tracing::warn!(namespace = %self.namespace, method, "stopped paginating after {MAX_PAGES} pages");
-        Ok(items)
-    }
-
     fn current(&self) -> Option<Arc<Link>> {
         self.link.read().expect("link lock poisoned").clone()
     }
@@ -191,21 +170,10 @@ impl StreamableHttp {
         };
         match self.send(&probe, "server/discover", Map::new(), None).await {
             Ok((result, _)) => {
-                let result: Value = serde_json::from_str(result.get()).unwrap_or(Value::Null);
-                let speaks_modern = result
-                    .get("supportedVersions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|v| v.iter().any(|v| v == ProtocolVersion::MODERN.as_str()));
-                if speaks_modern {
-                    let capabilities = Some(
-                        result
-                            .get("capabilities")
-                            .cloned()
-                            .unwrap_or_else(|| json!({})),
-                    );
+                if let Some(capabilities) = discovered_capabilities(&result) {
                     tracing::info!(namespace = %self.namespace, "upstream speaks 2026-07-28");
                     return Ok(Link {
-                        capabilities,
+                        capabilities: Some(capabilities),
                         ..probe
                     });
                 }
@@ -225,35 +193,11 @@ impl StreamableHttp {
             capabilities: None,
             generation,
         };
-        let params = json!({
-            "protocolVersion": ProtocolVersion::LATEST_LEGACY.as_str(),
-            // One session is shared by all agents, so it declares everything the gateway can
-            // bridge; requests for an agent that lacks a capability are refused per request.
-            "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
-            "clientInfo": { "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") },
-        });
-        let params = params.as_object().cloned().unwrap_or_default();
+        let params = initialize_params();
         match self.send(&init, "initialize", params, None).await {
             Ok((result, session)) => {
-                let result: Value = serde_json::from_str(result.get())
-                    .map_err(|e| UpstreamError::Protocol(format!("initialize result: {e}")))?;
-                let offered = result
-                    .get("protocolVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let version = ProtocolVersion::parse(offered)
-                    .filter(|v| !v.is_modern())
-                    .ok_or_else(|| {
-                        UpstreamError::Protocol(format!(
-                            "upstream offered unsupported protocol version {offered:?}"
-                        ))
-                    })?;
-                let capabilities = Some(
-                    result
-                        .get("capabilities")
-                        .cloned()
-                        .unwrap_or_else(|| json!({})),
-                );
+                let (version, capabilities) = initialized(&result)?;
+                let capabilities = Some(capabilities);
                 let link = Link {
                     era: Era::Legacy(version),
                     session,
@@ -288,30 +232,7 @@ impl StreamableHttp {
         relay: Option<&Relay>,
     ) -> Result<(Box<RawValue>, Option<HeaderValue>), UpstreamError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        match link.era {
-            Era::Modern => {
-                let meta = params.entry("_meta").or_insert_with(|| json!({}));
-                if let Some(meta) = meta.as_object_mut() {
-                    meta.insert(
-                        meta::PROTOCOL_VERSION.into(),
-                        json!(ProtocolVersion::MODERN.as_str()),
-                    );
-                    // The agent's declared capabilities if it sent them (2026-07-28 agents), else none.
-                    meta.entry(meta::CLIENT_CAPABILITIES)
-                        .or_insert_with(|| json!({}));
-                    meta.insert(
-                        meta::CLIENT_INFO.into(),
-                        json!({ "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") }),
-                    );
-                }
-            }
-            // Legacy peers get no 2026-07-28 envelope keys.
-            Era::Legacy(_) | Era::Bare => {
-                if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
-                    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
-                }
-            }
-        }
+        stamp_envelope(link.era, &mut params);
         let name = routing_name(method, &params);
         let body = serde_json::to_vec(
             &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),

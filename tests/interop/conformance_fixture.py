@@ -1231,9 +1231,13 @@ def main() -> None:
     parser.add_argument(
         "--ttl-ms", type=int, default=60_000, help="ttlMs cache hint on cacheable 2026-07-28 results (default 60000)"
     )
+    parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout instead of HTTP")
     args = parser.parse_args()
 
     _lowlevel.cache_hints = {method: CacheHint(ttl_ms=args.ttl_ms, scope="public") for method in CACHEABLE_METHODS}
+    if args.stdio:
+        mcp.run("stdio")
+        return
     app = mcp.streamable_http_app(
         streamable_http_path="/mcp",
         json_response=args.json_response,

@@ -87,6 +87,17 @@ impl TestGateway {
         }
     }
 
+    /// SIGTERM, then waits for the process to exit (graceful shutdown).
+    pub async fn terminate(&mut self) {
+        if let Some(pid) = self._child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(20), self._child.wait()).await;
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
