@@ -117,8 +117,9 @@ pub enum LogFormat {
 /// How to reach an upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
-    /// Streamable HTTP at `url`.
-    Http { url: Url },
+    /// Streamable HTTP at `url`, or the legacy HTTP+SSE transport when `use_sse` (also the
+    /// automatic fallback when a server refuses a Streamable HTTP `initialize`).
+    Http { url: Url, use_sse: bool },
     /// A child process speaking newline-delimited JSON-RPC on stdin/stdout.
     Stdio(StdioCommand),
 }
@@ -153,7 +154,7 @@ pub struct UpstreamConfig {
 impl fmt::Debug for UpstreamConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let endpoint = match &self.endpoint {
-            Endpoint::Http { url } => {
+            Endpoint::Http { url, .. } => {
                 let mut url = url.clone();
                 if url.password().is_some() {
                     let _ = url.set_password(Some("redacted"));
@@ -189,7 +190,7 @@ impl UpstreamConfig {
     /// The HTTP endpoint, if this upstream is reached over HTTP.
     pub fn url(&self) -> Option<&Url> {
         match &self.endpoint {
-            Endpoint::Http { url } => Some(url),
+            Endpoint::Http { url, .. } => Some(url),
             Endpoint::Stdio(_) => None,
         }
     }
@@ -488,15 +489,6 @@ impl Validator<'_> {
     }
 
     fn upstream(&mut self, at: &str, u: RawUpstream) -> Option<UpstreamConfig> {
-        if let Some(true) = u.use_sse.as_ref().map(|s| s.value) {
-            let span = u.use_sse.as_ref().map(|s| s.span.clone());
-            self.error(
-                format!("{at}.use_sse"),
-                span,
-                "the legacy HTTP+SSE upstream transport is not available in this build; use a Streamable \
-                 HTTP url",
-            );
-        }
         let endpoint = self.endpoint(at, &u);
         let auth = match (u.bearer_token_env, u.token_file) {
             (Some(env), Some(file)) => {
@@ -615,7 +607,11 @@ impl Validator<'_> {
                         if matches!(parsed.scheme(), "http" | "https")
                             && parsed.host().is_some() =>
                     {
-                        Some(Endpoint::Http { url: parsed })
+                        let use_sse = u.use_sse.as_ref().is_some_and(|s| s.value);
+                        Some(Endpoint::Http {
+                            url: parsed,
+                            use_sse,
+                        })
                     }
                     _ => {
                         self.error(
@@ -842,11 +838,15 @@ pub fn plan(config: &Config, path: &Path) -> String {
             UpstreamAuth::TokenFile(p) => format!("token file {}", p.display()),
         };
         let target = match &u.endpoint {
-            Endpoint::Http { url } => {
+            Endpoint::Http { url, .. } => {
                 let mut url = url.clone();
                 let _ = url.set_password(None);
                 let _ = url.set_username("");
-                format!("streamable-http {url}")
+                let kind = match u.endpoint {
+                    Endpoint::Http { use_sse: true, .. } => "legacy-sse",
+                    _ => "streamable-http",
+                };
+                format!("{kind} {url}")
             }
             Endpoint::Stdio(c) => format!("stdio `{} {}`", c.command, c.args.join(" ")),
         };

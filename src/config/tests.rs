@@ -835,8 +835,12 @@ fn the_routing_seed_production_example_loads() {
         Some(Path::new("/etc/pki/tls/certs/ca-bundle.crt"))
     );
 
-    // `use_sse = false` is the Streamable HTTP transport, which is what this build speaks.
+    // `use_sse = false`: Streamable HTTP (with the automatic legacy fallback).
     let panda = &config.upstreams[1];
+    assert!(matches!(
+        panda.endpoint,
+        Endpoint::Http { use_sse: false, .. }
+    ));
     assert_eq!(
         panda.url().unwrap().as_str(),
         "https://panda-mcp.cern.ch/mcp"
@@ -862,9 +866,46 @@ fn the_routing_seed_production_example_loads() {
 }
 
 #[test]
-fn use_sse_true_is_refused_in_this_build() {
-    let text = with_upstream("use_sse = true");
-    let e = error(&text);
-    assert_eq!(e.path, "upstreams[0].use_sse");
-    assert_eq!(e.line, Some(line_of_text(&text, "use_sse")));
+fn use_sse_true_selects_the_legacy_transport() {
+    let config = parse(&with_upstream("use_sse = true"));
+    assert!(matches!(
+        only_upstream(&config).endpoint,
+        Endpoint::Http { use_sse: true, .. }
+    ));
+}
+
+#[test]
+fn stdio_upstreams_get_a_clean_environment_plus_what_is_named() {
+    let text = "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"s\"\ncommand = \"npx\"\nargs = [\"-y\", \"srv\"]\nenv_passthrough = [\"GITHUB_TOKEN\"]\nenv = { MODE = \"ro\" }\ncwd = \"~/work\"\n";
+    let env = Env::from_pairs([
+        ("PATH", "/usr/bin"),
+        ("HOME", "/home/u"),
+        ("GITHUB_TOKEN", "ghp"),
+        ("GATEHOUSE_TOKEN", "secret"),
+    ]);
+    let config = Config::parse(text, &env).unwrap();
+    let Endpoint::Stdio(command) = &config.upstreams[0].endpoint else {
+        panic!("stdio")
+    };
+    assert_eq!(command.command, "npx");
+    assert_eq!(command.args, ["-y", "srv"]);
+    let names: Vec<&str> = command.env.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        ["PATH", "HOME", "GITHUB_TOKEN", "MODE"],
+        "the gateway's own secrets stay home"
+    );
+    assert_eq!(command.cwd.as_deref(), Some(Path::new("/home/u/work")));
+    assert!(
+        !format!("{config:?}").contains("ghp"),
+        "env values never print"
+    );
+
+    let both = "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"s\"\ncommand = \"x\"\nurl = \"http://a/mcp\"\n";
+    let e = Config::parse(both, &env).unwrap_err().errors.remove(0);
+    assert_eq!(e.path, "upstreams[0].command");
+    let missing = "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"s\"\ncommand = \"x\"\nenv_passthrough = [\"NOPE\"]\n";
+    let e = Config::parse(missing, &env).unwrap_err().errors.remove(0);
+    assert_eq!(e.path, "upstreams[0].env_passthrough");
+    assert!(e.message.contains("NOPE"));
 }

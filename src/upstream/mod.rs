@@ -6,10 +6,13 @@
 
 mod auth;
 mod http_client;
+mod mux;
 pub mod relay;
+pub mod sse;
 pub mod stdio;
 pub mod streamable_http;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +27,7 @@ use crate::protocol::ProtocolVersion;
 use crate::telemetry::Metrics;
 
 pub use relay::{Inbound, Relay};
+pub use sse::{SseSetup, SseTransport};
 pub use stdio::StdioTransport;
 pub use streamable_http::StreamableHttp;
 
@@ -172,11 +176,29 @@ impl Upstream {
     ) -> Result<Self, String> {
         let namespace: Arc<str> = config.namespace.as_str().into();
         let transport = match &config.endpoint {
-            Endpoint::Http { url } => Transport::Http(StreamableHttp::new(
-                &config,
-                url.clone(),
-                max_response_bytes,
-            )?),
+            Endpoint::Http { url, use_sse } => {
+                let mut static_headers = http::HeaderMap::new();
+                if let Some(origin) = &config.origin {
+                    static_headers.insert(http::header::ORIGIN, origin.clone());
+                }
+                for (name, value) in &config.headers {
+                    static_headers.insert(name.clone(), value.clone());
+                }
+                let setup = SseSetup {
+                    namespace: namespace.clone(),
+                    url: url.clone(),
+                    http: http_client::build(&config)?,
+                    token: auth::TokenSource::from_config(&config.auth)?,
+                    static_headers,
+                    timeout: config.timeout,
+                    max_message_bytes: max_response_bytes,
+                };
+                Transport::Http {
+                    streamable: StreamableHttp::new(setup.clone()),
+                    sse: SseTransport::new(setup),
+                    legacy_sse: AtomicBool::new(*use_sse),
+                }
+            }
             Endpoint::Stdio(command) => Transport::Stdio(StdioTransport::new(
                 &namespace,
                 command.clone(),
@@ -246,9 +268,10 @@ impl Upstream {
         h.tools = tools;
         h.fingerprint = fingerprint;
         h.protocol = self.transport.era().map(Era::label);
+        h.transport = self.transport.kind();
         h.pid = match &self.transport {
             Transport::Stdio(t) => t.pid(),
-            Transport::Http(_) => None,
+            Transport::Http { .. } => None,
         };
     }
 
@@ -365,28 +388,78 @@ fn withdraw(upstream: &Upstream, catalog: &Catalog, e: &UpstreamError) {
 
 /// The transports an upstream can be reached over.
 pub enum Transport {
-    Http(StreamableHttp),
+    /// Streamable HTTP, falling back to the legacy HTTP+SSE transport when `initialize` is
+    /// refused with 400/404/405 (or straight to it with `use_sse = true`).
+    Http {
+        streamable: StreamableHttp,
+        sse: SseTransport,
+        legacy_sse: AtomicBool,
+    },
     Stdio(StdioTransport),
 }
 
 impl Transport {
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Http(_) => "streamable_http",
+            Self::Http { legacy_sse, .. } if legacy_sse.load(Ordering::Relaxed) => "sse",
+            Self::Http { .. } => "streamable_http",
             Self::Stdio(_) => "stdio",
+        }
+    }
+
+    fn sse(&self) -> Option<&SseTransport> {
+        match self {
+            Self::Http {
+                sse, legacy_sse, ..
+            } if legacy_sse.load(Ordering::Relaxed) => Some(sse),
+            _ => None,
         }
     }
 
     pub fn era(&self) -> Option<Era> {
         match self {
-            Self::Http(t) => t.era(),
+            Self::Http {
+                streamable,
+                sse,
+                legacy_sse,
+            } => {
+                if legacy_sse.load(Ordering::Relaxed) {
+                    sse.era()
+                } else {
+                    streamable.era()
+                }
+            }
             Self::Stdio(t) => t.era(),
         }
     }
 
     pub async fn ensure_connected(&self) -> Result<Option<Value>, UpstreamError> {
         match self {
-            Self::Http(t) => t.ensure_connected().await,
+            Self::Http {
+                streamable,
+                sse,
+                legacy_sse,
+            } => {
+                if legacy_sse.load(Ordering::Relaxed) {
+                    return sse.ensure_connected().await;
+                }
+                match streamable.ensure_connected().await {
+                    // What a server that only speaks the older transport answers a POST with.
+                    Err(UpstreamError::Status(s)) if matches!(s.as_u16(), 400 | 404 | 405) => {
+                        tracing::info!(
+                            status = s.as_u16(),
+                            "initialize refused over Streamable HTTP; trying the legacy HTTP+SSE transport"
+                        );
+                        let fallback = sse.ensure_connected().await;
+                        legacy_sse.store(fallback.is_ok(), Ordering::Relaxed);
+                        fallback.map_err(|e| {
+                            tracing::info!(error = %e, "legacy HTTP+SSE transport failed too");
+                            UpstreamError::Status(s)
+                        })
+                    }
+                    other => other,
+                }
+            }
             Self::Stdio(t) => t.ensure_connected().await,
         }
     }
@@ -398,7 +471,10 @@ impl Transport {
         relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         match self {
-            Self::Http(t) => t.request(method, params, relay).await,
+            Self::Http {
+                sse, legacy_sse, ..
+            } if legacy_sse.load(Ordering::Relaxed) => sse.request(method, params, relay).await,
+            Self::Http { streamable, .. } => streamable.request(method, params, relay).await,
             Self::Stdio(t) => t.request(method, params, relay).await,
         }
     }
@@ -406,24 +482,31 @@ impl Transport {
     /// Forgets a broken connection so the next request makes a new one.
     pub fn reset(&self) {
         match self {
-            Self::Http(t) => t.reset(),
+            Self::Http {
+                streamable, sse, ..
+            } => {
+                streamable.reset();
+                sse.reset();
+            }
             Self::Stdio(t) => t.reset(),
         }
     }
 
-    /// Resolves when the connection is known dead (a stdio process exited).
+    /// Resolves when the connection is known dead (a stdio process exited, an SSE stream ended).
     pub async fn closed(&self) {
-        match self {
-            Self::Http(_) => std::future::pending().await,
-            Self::Stdio(t) => t.closed().await,
+        match (self, self.sse()) {
+            (_, Some(sse)) => sse.closed().await,
+            (Self::Stdio(t), None) => t.closed().await,
+            (Self::Http { .. }, None) => std::future::pending().await,
         }
     }
 
     /// Resolves when the server announces that one of its lists changed.
     pub async fn list_changed(&self) {
-        match self {
-            Self::Http(_) => std::future::pending().await,
-            Self::Stdio(t) => t.list_changed().await,
+        match (self, self.sse()) {
+            (_, Some(sse)) => sse.list_changed().await,
+            (Self::Stdio(t), None) => t.list_changed().await,
+            (Self::Http { .. }, None) => std::future::pending().await,
         }
     }
 

@@ -23,12 +23,12 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::auth::TokenSource;
+use super::mux::Poster;
 use super::relay::{self, Relay};
+use super::sse::SseSetup;
 use super::{
-    Era, UpstreamError, discovered_capabilities, http_client, initialize_params, initialized,
-    stamp_envelope,
+    Era, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope,
 };
-use crate::config::UpstreamConfig;
 use crate::protocol::{ProtocolVersion, header as mcp_header};
 
 /// Error bodies are only sniffed (for "session"), never relayed: a small cap is enough.
@@ -69,31 +69,20 @@ struct RpcErrorBody {
 }
 
 impl StreamableHttp {
-    pub fn new(
-        config: &UpstreamConfig,
-        url: Url,
-        max_response_bytes: usize,
-    ) -> Result<Self, String> {
-        let mut static_headers = HeaderMap::new();
-        if let Some(origin) = &config.origin {
-            static_headers.insert(header::ORIGIN, origin.clone());
-        }
-        for (name, value) in &config.headers {
-            static_headers.insert(name.clone(), value.clone());
-        }
-        Ok(Self {
-            namespace: config.namespace.as_str().into(),
-            url,
-            http: http_client::build(config)?,
-            token: TokenSource::from_config(&config.auth)?,
-            static_headers,
-            timeout: config.timeout,
-            max_response_bytes,
+    pub fn new(setup: SseSetup) -> Self {
+        Self {
+            namespace: setup.namespace,
+            url: setup.url,
+            http: setup.http,
+            token: setup.token,
+            static_headers: setup.static_headers,
+            timeout: setup.timeout,
+            max_response_bytes: setup.max_message_bytes,
             next_id: AtomicU64::new(1),
             generation: AtomicU64::new(0),
             link: RwLock::new(None),
             relink: tokio::sync::Mutex::new(()),
-        })
+        }
     }
 
     pub fn era(&self) -> Option<Era> {
@@ -471,7 +460,7 @@ impl StreamableHttp {
         let timeout = self.timeout;
         let refusal = relay::unsupported(method);
         let Some(answer) = answer else {
-            poster.post(json!({ "jsonrpc": "2.0", "id": id, "error": refusal }));
+            poster.post_detached(json!({ "jsonrpc": "2.0", "id": id, "error": refusal }));
             return;
         };
         tokio::spawn(async move {
@@ -482,7 +471,7 @@ impl StreamableHttp {
                     json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32001, "message": "the client did not answer in time" } })
                 }
             };
-            poster.post(message);
+            poster.post_detached(message);
         });
     }
 
@@ -566,34 +555,6 @@ fn parse_frame(body: &[u8], id: u64) -> Frame {
     })
 }
 
-/// A detached POST target: the client, URL and per-hop headers of one link.
-struct Poster {
-    http: reqwest::Client,
-    url: Url,
-    headers: HeaderMap,
-}
-
-impl Poster {
-    fn post(self, message: Value) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        handle.spawn(async move {
-            let send = self
-                .http
-                .post(self.url)
-                .headers(self.headers)
-                .body(message.to_string())
-                .send();
-            match tokio::time::timeout(Duration::from_secs(10), send).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, "could not deliver a message upstream"),
-                Err(_) => tracing::debug!("timed out delivering a message upstream"),
-            }
-        });
-    }
-}
-
 /// Tells a legacy upstream that a request was abandoned, unless disarmed first.
 struct CancelOnDrop {
     notice: Option<(Poster, u64)>,
@@ -602,7 +563,7 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some((poster, id)) = self.notice.take() {
-            poster.post(json!({
+            poster.post_detached(json!({
                 "jsonrpc": "2.0",
                 "method": "notifications/cancelled",
                 "params": { "requestId": id, "reason": "the agent cancelled or the deadline passed" },

@@ -10,5 +10,5 @@ mod interop;
 mod relays;
 mod routing;
 mod security;
-mod stdio_upstreams;
 mod upstream_client;
+mod upstream_transports;

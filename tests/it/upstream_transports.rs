@@ -1,5 +1,5 @@
-//! stdio upstreams: real reference servers as child processes, a 2026-07-28 Python SDK server
-//! over stdio, era probing against a strict legacy server, restarts, and no orphans.
+//! stdio and legacy HTTP+SSE upstreams: real reference servers as child processes and over SSE,
+//! a 2026-07-28 Python SDK server over stdio, era probing against a strict legacy server, restarts, no orphans.
 
 use std::time::{Duration, Instant};
 
@@ -46,13 +46,53 @@ fn reference_servers_config() -> String {
     )
 }
 
+/// Two stdio upstreams and server-everything in its legacy HTTP+SSE mode behind one gateway
+/// (once configured with `use_sse`, once found by the automatic fallback).
 #[tokio::test]
-async fn reference_servers_over_stdio_through_the_python_sdk() {
-    let gw = TestGateway::start(&reference_servers_config()).await;
+async fn reference_servers_over_stdio_and_legacy_sse_through_the_python_sdk() {
+    let sse = server_everything("sse").await;
+    let config = format!(
+        "{}\n[[upstreams]]\nnamespace = \"sse\"\nurl = \"{}\"\nuse_sse = true\n\n[[upstreams]]\nnamespace = \"found\"\nurl = \"{}\"\n",
+        reference_servers_config(),
+        sse.url,
+        sse.url
+    );
+    let gw = TestGateway::start(&config).await;
     for ns in ["everything", "memory"] {
         let health = gw.wait_for_state(ns, "up").await;
         assert_eq!(health["transport"], "stdio");
         assert!(health["pid"].as_u64().is_some());
+    }
+    for ns in ["sse", "found"] {
+        assert_eq!(
+            gw.wait_for_state(ns, "up").await["transport"],
+            "sse",
+            "{ns}"
+        );
+    }
+    for era in ["legacy", "modern"] {
+        let out = sdk_client(
+            era,
+            &gw.url,
+            Some(("sse__echo", r#"{"message": "over sse"}"#)),
+            None,
+        )
+        .await;
+        assert_eq!(out["call"]["content"][0]["text"], "Echo: over sse", "{era}");
+        let out = sdk_client(
+            era,
+            &gw.url,
+            Some(("found__get-sum", r#"{"a": 1, "b": 2}"#)),
+            None,
+        )
+        .await;
+        assert!(
+            out["call"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains('3'),
+            "{out}"
+        );
     }
     for era in ["legacy", "modern"] {
         let out = sdk_client(
