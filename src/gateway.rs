@@ -69,10 +69,15 @@ impl Gateway {
         for upstream in upstreams.iter() {
             let (tx, rx) = watch::channel(false);
             first_loads.push(rx);
+            // The catalog is never staler than manifest_ttl, nor probed less than probe_interval.
+            let refresh = config
+                .gateway
+                .manifest_ttl
+                .min(upstream.config.probe_interval);
             tokio::spawn(upstream::supervise(
                 upstream.clone(),
                 catalog.clone(),
-                config.gateway.manifest_ttl,
+                refresh,
                 tx,
             ));
         }

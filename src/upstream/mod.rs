@@ -275,6 +275,20 @@ impl Upstream {
         };
     }
 
+    /// The liveness tier: `ping` for legacy and bare servers, `server/discover` for 2026-07-28
+    /// (which has no ping). Any JSON-RPC answer, even an error, proves the server alive.
+    async fn ping(&self) -> Result<(), UpstreamError> {
+        let method = if self.transport.era() == Some(Era::Modern) {
+            "server/discover"
+        } else {
+            "ping"
+        };
+        match self.request(method, Map::new(), None).await {
+            Ok(_) | Err(UpstreamError::Rpc { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Connects (probing the era) and fetches every list the upstream offers.
     async fn load_listing(&self) -> Result<Listing, UpstreamError> {
         let caps = self.transport.ensure_connected().await?;
@@ -335,8 +349,12 @@ impl Upstream {
     }
 }
 
-/// Keeps one upstream's catalog entry fresh: load, publish, wait `refresh`, repeat; on failure
-/// withdraw its tools and retry with capped exponential backoff and full jitter.
+/// Keeps one upstream healthy and its catalog entry fresh, in two tiers (SPEC §3):
+/// a liveness check every `ping_interval` (`ping`, or `server/discover` for 2026-07-28) and a
+/// full listing probe every `refresh` — and at once when the server announces a list change.
+/// One missed liveness check makes it `degraded` (its tools stay listed); a second, a failed
+/// probe, or a dead connection makes it `down`: its tools are withdrawn and it is reconnected
+/// with capped exponential backoff and full jitter.
 pub async fn supervise(
     upstream: Arc<Upstream>,
     catalog: Arc<Catalog>,
@@ -345,34 +363,77 @@ pub async fn supervise(
 ) {
     let mut failures: u32 = 0;
     loop {
-        match upstream.load_listing().await {
-            Ok(listing) => {
+        let failure = match publish(&upstream, &catalog).await {
+            Ok(()) => {
                 failures = 0;
-                let tools = listing.tools.len();
-                let fingerprint = catalog.update(upstream.index, Some(listing));
-                upstream.record_listing(tools, fingerprint);
-                upstream.set_state(State::Up, None);
                 first_load.send_replace(true);
-                // Refresh on schedule, at once when the server says its lists changed, or
-                // as soon as its process dies (stdio), to report it and restart it.
-                tokio::select! {
-                    () = tokio::time::sleep(refresh) => {}
-                    () = upstream.transport.list_changed() => {
-                        tracing::debug!(namespace = %upstream.namespace, "upstream list changed; refreshing");
+                watch_until_failure(&upstream, &catalog, refresh).await
+            }
+            Err(e) => e,
+        };
+        failures = failures.saturating_add(1);
+        withdraw(&upstream, &catalog, &failure);
+        first_load.send_replace(true);
+        tokio::time::sleep(backoff(failures)).await;
+    }
+}
+
+/// Loads every listing and publishes it; the upstream is `up` afterwards.
+async fn publish(upstream: &Upstream, catalog: &Catalog) -> Result<(), UpstreamError> {
+    let listing = upstream.load_listing().await?;
+    let tools = listing.tools.len();
+    let fingerprint = catalog.update(upstream.index, Some(listing));
+    upstream.record_listing(tools, fingerprint);
+    upstream.set_state(State::Up, None);
+    Ok(())
+}
+
+/// The steady state of a connected upstream; returns the failure that ended it.
+async fn watch_until_failure(
+    upstream: &Upstream,
+    catalog: &Catalog,
+    refresh: Duration,
+) -> UpstreamError {
+    const MISSES_BEFORE_DOWN: u32 = 2;
+    let ping_every = upstream.config.ping_interval;
+    let mut next_probe = tokio::time::Instant::now() + refresh;
+    let mut next_ping = tokio::time::Instant::now() + ping_every;
+    let mut misses = 0;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(next_probe) => {
+                if let Err(e) = publish(upstream, catalog).await {
+                    return e;
+                }
+                next_probe = tokio::time::Instant::now() + refresh;
+            }
+            () = upstream.transport.list_changed() => {
+                tracing::debug!(namespace = %upstream.namespace, "upstream list changed; probing now");
+                if let Err(e) = publish(upstream, catalog).await {
+                    return e;
+                }
+                next_probe = tokio::time::Instant::now() + refresh;
+            }
+            () = tokio::time::sleep_until(next_ping) => {
+                match upstream.ping().await {
+                    Ok(()) => {
+                        if misses > 0 {
+                            upstream.set_state(State::Up, None);
+                        }
+                        misses = 0;
                     }
-                    () = upstream.transport.closed() => {
-                        failures = failures.saturating_add(1);
-                        withdraw(&upstream, &catalog, &UpstreamError::Exited);
-                        tokio::time::sleep(backoff(failures)).await;
+                    Err(e) => {
+                        misses += 1;
+                        if misses >= MISSES_BEFORE_DOWN {
+                            return e;
+                        }
+                        tracing::warn!(namespace = %upstream.namespace, class = e.class(), error = %e, "upstream missed a liveness check");
+                        upstream.set_state(State::Degraded, Some(&e));
                     }
                 }
+                next_ping = tokio::time::Instant::now() + ping_every;
             }
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                withdraw(&upstream, &catalog, &e);
-                first_load.send_replace(true);
-                tokio::time::sleep(backoff(failures)).await;
-            }
+            () = upstream.transport.closed() => return UpstreamError::Exited,
         }
     }
 }
@@ -506,7 +567,7 @@ impl Transport {
         match (self, self.sse()) {
             (_, Some(sse)) => sse.list_changed().await,
             (Self::Stdio(t), None) => t.list_changed().await,
-            (Self::Http { .. }, None) => std::future::pending().await,
+            (Self::Http { streamable, .. }, None) => streamable.list_changed().await,
         }
     }
 

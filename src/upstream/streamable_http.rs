@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -57,6 +58,9 @@ pub struct StreamableHttp {
     generation: AtomicU64,
     link: RwLock<Option<Arc<Link>>>,
     relink: tokio::sync::Mutex<()>,
+    /// Stops the current link's notification stream when the link is replaced or dropped.
+    watch: std::sync::Mutex<Option<DropGuard>>,
+    list_changed: Arc<Notify>,
 }
 
 #[derive(Deserialize)]
@@ -82,6 +86,8 @@ impl StreamableHttp {
             generation: AtomicU64::new(0),
             link: RwLock::new(None),
             relink: tokio::sync::Mutex::new(()),
+            watch: std::sync::Mutex::new(None),
+            list_changed: Arc::new(Notify::new()),
         }
     }
 
@@ -101,6 +107,7 @@ impl StreamableHttp {
     /// Forgets the link so the next request reconnects (and re-reads a token file).
     pub fn reset(&self) {
         *self.link.write().expect("link lock poisoned") = None;
+        *self.watch.lock().expect("watch lock poisoned") = None;
     }
 
     pub async fn request(
@@ -141,7 +148,20 @@ impl StreamableHttp {
         }
         let link = Arc::new(self.connect().await?);
         *self.link.write().expect("link lock poisoned") = Some(link.clone());
+        let stop = CancellationToken::new();
+        tokio::spawn(watch(
+            self.poster(&link),
+            link.era,
+            self.list_changed.clone(),
+            stop.clone(),
+        ));
+        *self.watch.lock().expect("watch lock poisoned") = Some(stop.drop_guard());
         Ok(link)
+    }
+
+    /// Resolves when the server announces (on its notification stream) that a list changed.
+    pub async fn list_changed(&self) {
+        self.list_changed.notified().await;
     }
 
     async fn connect(&self) -> Result<Link, UpstreamError> {
@@ -658,5 +678,112 @@ mod tests {
             frame("{nope"),
             Frame::Response(Err(UpstreamError::Protocol(_)))
         ));
+    }
+}
+
+/// Keeps a notification stream open to the upstream — the GET stream of a legacy session, or
+/// `subscriptions/listen` for 2026-07-28 — and wakes the supervisor on list changes, so the
+/// catalog follows the server at once instead of at the next scheduled probe. Best effort:
+/// a server without such a stream (405) is simply probed on schedule.
+async fn watch(poster: Poster, era: Era, list_changed: Arc<Notify>, stop: CancellationToken) {
+    const MAX_REOPENS: u32 = 8;
+    for attempt in 0..MAX_REOPENS {
+        let opened = tokio::select! {
+            opened = open_watch(&poster, era) => opened,
+            () = stop.cancelled() => return,
+        };
+        let response = match opened {
+            Ok(Some(response)) => response,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "upstream notification stream unavailable");
+                tokio::select! {
+                    () = tokio::time::sleep(super::backoff(attempt + 2)) => continue,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = stop.cancelled() => return,
+            };
+            let Some(Ok(event)) = event else { break };
+            let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                continue;
+            };
+            let Ok(message) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            let method = message
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match (method, message.get("id")) {
+                (
+                    "notifications/tools/list_changed"
+                    | "notifications/resources/list_changed"
+                    | "notifications/prompts/list_changed",
+                    None,
+                ) => {
+                    list_changed.notify_one();
+                }
+                // A request on this stream is unrelated to any agent call: nobody can answer.
+                (method, Some(id)) if !method.is_empty() => {
+                    poster.post_detached(
+                        json!({ "jsonrpc": "2.0", "id": id, "error": relay::unsupported(method) }),
+                    );
+                }
+                _ => {}
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(super::backoff(attempt + 2)) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Opens the stream: `Ok(None)` when the server offers none.
+async fn open_watch(poster: &Poster, era: Era) -> Result<Option<reqwest::Response>, UpstreamError> {
+    let mut headers = poster.headers.clone();
+    let request = match era {
+        Era::Legacy(_) => {
+            headers.remove(header::CONTENT_TYPE);
+            headers.insert(
+                header::ACCEPT,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            poster.http.get(poster.url.clone()).headers(headers)
+        }
+        Era::Modern => {
+            let mut params = Map::new();
+            params.insert("notifications".into(), json!({ "toolsListChanged": true, "resourcesListChanged": true, "promptsListChanged": true }));
+            stamp_envelope(Era::Modern, &mut params);
+            let body = json!({ "jsonrpc": "2.0", "id": "gatehouse-watch", "method": "subscriptions/listen", "params": params });
+            headers.insert(
+                HeaderName::from_static(mcp_header::METHOD),
+                HeaderValue::from_static("subscriptions/listen"),
+            );
+            poster
+                .http
+                .post(poster.url.clone())
+                .headers(headers)
+                .body(body.to_string())
+        }
+        Era::Bare => return Ok(None),
+    };
+    let response = request.send().await.map_err(UpstreamError::Connect)?;
+    let is_sse = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("text/event-stream"));
+    match response.status() {
+        s if s.is_success() && is_sse => Ok(Some(response)),
+        StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_FOUND => Ok(None),
+        s if s.is_success() => Ok(None),
+        s => Err(UpstreamError::Status(s)),
     }
 }

@@ -81,6 +81,9 @@ struct Inner {
     down: AtomicBool,
     /// Server requests sent, by id, waiting for the gateway's answer.
     answers: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
+    /// Open GET streams (legacy sessions' server-to-client channel).
+    streams: tokio::sync::broadcast::Sender<Value>,
+    get_streams_opened: AtomicUsize,
 }
 
 /// One request the fake received.
@@ -147,6 +150,18 @@ impl FakeUpstream {
     /// Replaces the tool list (as a server whose tools changed would).
     pub fn set_tools(&self, tools: Vec<(Value, Handler)>) {
         *self.inner.tools.lock().unwrap() = tools;
+    }
+
+    /// Announces a tool-list change on every open GET stream.
+    pub fn announce_tools_changed(&self) {
+        let _ = self
+            .inner
+            .streams
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+    }
+
+    pub fn get_streams_opened(&self) -> usize {
+        self.inner.get_streams_opened.load(Ordering::SeqCst)
     }
 
     /// While down, every request gets a 503.
@@ -253,9 +268,11 @@ impl FakeUpstreamBuilder {
             hits: Mutex::new(Vec::new()),
             down: AtomicBool::new(false),
             answers: Mutex::new(HashMap::new()),
+            streams: tokio::sync::broadcast::channel(16).0,
+            get_streams_opened: AtomicUsize::new(0),
         });
         let app = Router::new()
-            .route("/mcp", post(handle))
+            .route("/mcp", post(handle).get(open_stream))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -264,6 +281,38 @@ impl FakeUpstreamBuilder {
         });
         FakeUpstream { addr, inner }
     }
+}
+
+/// GET: the session's server-to-client stream (legacy era only).
+async fn open_stream(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
+    let session = headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if inner.era != Era::Legacy || !inner.sessions.lock().unwrap().contains(session) {
+        return Response::builder()
+            .status(StatusCode::METHOD_NOT_ALLOWED)
+            .body(Body::empty())
+            .unwrap();
+    }
+    inner.get_streams_opened.fetch_add(1, Ordering::SeqCst);
+    let messages = tokio_stream_of(inner.streams.subscribe());
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(messages))
+        .unwrap()
+}
+
+fn tokio_stream_of(
+    rx: tokio::sync::broadcast::Receiver<Value>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        let message = rx.recv().await.ok()?;
+        Some((
+            Ok(Bytes::from(format!("event: message\ndata: {message}\n\n"))),
+            rx,
+        ))
+    })
 }
 
 fn reply(status: StatusCode, body: Value) -> Response {
@@ -283,9 +332,6 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
-    if inner.down.load(Ordering::SeqCst) {
-        return reply(StatusCode::SERVICE_UNAVAILABLE, json!({}));
-    }
     let message: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => {
@@ -308,6 +354,10 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         headers: headers.clone(),
     });
 
+    // Recorded even while down: tests count what reached the server.
+    if inner.down.load(Ordering::SeqCst) {
+        return reply(StatusCode::SERVICE_UNAVAILABLE, json!({}));
+    }
     let expected_bearer = inner.bearer.lock().unwrap().clone();
     if let Some(token) = expected_bearer {
         let presented = headers.get("authorization").and_then(|v| v.to_str().ok());
