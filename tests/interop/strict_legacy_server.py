@@ -2,7 +2,8 @@
 
 It exits if its first message is not `initialize` — as some real servers do when a client
 probes them with a 2026-07-28 `server/discover` — so the gateway must restart it and serve
-it as legacy. It offers one tool, `whoami`, answering with its process id.
+it as legacy. It offers one tool, `whoami`, answering with its process id. With `--noisy` it
+also writes junk lines to stdout before every answer, as a misbehaving server would.
 """
 
 import json
@@ -10,7 +11,12 @@ import os
 import sys
 
 
+NOISY = "--noisy" in sys.argv
+
+
 def send(message):
+    if NOISY:
+        sys.stdout.write("this is not JSON-RPC\n{\"half\": \n")
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 

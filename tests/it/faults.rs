@@ -105,3 +105,45 @@ async fn a_slow_upstream_hits_its_deadline() {
     assert_eq!(reply["error"]["data"]["upstream"], "fake");
     still_serving(&client).await;
 }
+
+#[tokio::test]
+async fn a_notification_flood_is_bounded_and_the_call_still_completes() {
+    let (_reply, client, _up, _gw) = call_with_fault(Fault::Flood(20_000), "30s").await;
+    // Progress-tracked, so the flood is relayed as far as the bounded relay lets it.
+    let reply = client
+        .post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "fake__bad", "arguments": {}, "_meta": {"progressToken": "mine"}}}))
+        .await;
+    let messages: Vec<Value> = reply
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = messages.last().unwrap();
+    assert_eq!(last["result"]["content"][0]["text"], "survived");
+    assert!(messages.len() <= 20_001, "nothing is duplicated");
+    still_serving(&client).await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_writing_junk_to_stdout_is_still_served() {
+    let python = crate::support::peers::python().display().to_string();
+    let script = crate::support::peers::interop_file("strict_legacy_server.py")
+        .display()
+        .to_string();
+    let config = format!(
+        "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"noisy\"\ncommand = {python:?}\nargs = [{script:?}, \"--noisy\"]\n"
+    );
+    let gw = TestGateway::start(&config).await;
+    let client = Legacy::connect(&gw.url).await;
+    let reply = client.call_tool("noisy__whoami", json!({})).await;
+    assert!(
+        reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .parse::<u32>()
+            .is_ok(),
+        "{reply}"
+    );
+    assert!(gw.logs().contains("not JSON-RPC"), "the junk is reported");
+}

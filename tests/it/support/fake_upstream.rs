@@ -46,6 +46,8 @@ pub enum Fault {
     HugeBody(usize),
     CloseMidStream,
     Http(StatusCode),
+    /// Answers on an SSE stream that carries this many progress notifications first.
+    Flood(usize),
     /// Sends a server request (e.g. `sampling/createMessage`) on the response stream, waits for
     /// the gateway to POST the answer back, and returns that answer as the tool's text.
     AskClient(&'static str),
@@ -571,6 +573,21 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                     return Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(Body::from_stream(chunks))
+                        .unwrap();
+                }
+                Some(Fault::Flood(n)) => {
+                    let mut body = String::with_capacity(n * 120);
+                    for i in 0..n {
+                        let note = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p", "progress": i}});
+                        body.push_str(&format!("event: message\ndata: {note}\n\n"));
+                    }
+                    body.push_str(&format!(
+                        "event: message\ndata: {}\n\n",
+                        result(&id, text_result("survived"))
+                    ));
+                    return Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from(body))
                         .unwrap();
                 }
                 Some(Fault::AskClient(server_method)) => {
