@@ -134,10 +134,20 @@ pub struct StdioCommand {
     pub cwd: Option<PathBuf>,
 }
 
+/// Whether agents share one upstream session (or process), or each gets its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionMode {
+    Shared,
+    /// One upstream session per agent session: for stateful servers, and so that a server's
+    /// own requests (sampling, elicitation) always reach the right agent.
+    PerClient,
+}
+
 #[derive(Clone)]
 pub struct UpstreamConfig {
     pub namespace: String,
     pub endpoint: Endpoint,
+    pub session: SessionMode,
     pub auth: UpstreamAuth,
     pub origin: Option<HeaderValue>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -546,6 +556,7 @@ impl Validator<'_> {
         let config = UpstreamConfig {
             namespace: u.namespace.value,
             endpoint: endpoint?,
+            session: u.session.unwrap_or(SessionMode::Shared),
             auth,
             origin,
             headers,

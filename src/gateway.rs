@@ -81,7 +81,24 @@ impl Gateway {
                 tx,
             ));
         }
-        let front = Arc::new(Front::new(config, catalog, upstreams, first_loads, metrics));
+        // Ended agent sessions close their per-client upstream sessions.
+        let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<Arc<str>>();
+        let per_client = upstreams.clone();
+        tokio::spawn(async move {
+            while let Some(id) = ended_rx.recv().await {
+                for upstream in per_client.iter() {
+                    upstream.end_session(&id).await;
+                }
+            }
+        });
+        let front = Arc::new(Front::new(
+            config,
+            catalog,
+            upstreams,
+            first_loads,
+            metrics,
+            ended_tx,
+        ));
         tokio::spawn(front::fan_out_list_changed(front.clone()));
         let sweeper = front.clone();
         tokio::spawn(async move {
@@ -139,7 +156,7 @@ impl Gateway {
 
     /// Stops every child process (stdio upstreams), so none outlives the gateway.
     pub async fn stop_upstreams(&self) {
-        let stops = self.front.upstreams.iter().map(|u| u.transport.shutdown());
+        let stops = self.front.upstreams.iter().map(|u| u.shutdown());
         futures_util::future::join_all(stops).await;
     }
 }

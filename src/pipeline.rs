@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Miss, Route};
 use crate::error::{FieldError, GatewayError};
-use crate::upstream::{Relay, Upstream, UpstreamError};
+use crate::upstream::{Upstream, UpstreamError, Via};
 pub use authn::{Authenticator, Principal};
 
 /// One tool call as the front door hands it over.
@@ -24,8 +24,8 @@ pub struct CallRequest<'a> {
     pub name: &'a str,
     /// The agent's `params` minus `name` (arguments, `_meta`, …).
     pub params: Map<String, Value>,
-    /// Where the upstream's progress, logs and own requests go while the call runs.
-    pub relay: Option<&'a Relay>,
+    /// How the call reaches the upstream: relay for what it sends meanwhile, agent session.
+    pub via: Via<'a>,
 }
 
 pub struct Pipeline {
@@ -43,7 +43,7 @@ impl Pipeline {
         let route = self.resolve_tool(req.name)?; // 2: unknown and hidden are indistinguishable
         let mut params = req.params; // 8: dispatch under the upstream's own name
         params.insert("name".into(), json!(&*route.name));
-        self.forward(&route, "tools/call", params, req.relay).await
+        self.forward(&route, "tools/call", params, req.via).await
     }
 
     fn resolve_tool(&self, name: &str) -> Result<Route, GatewayError> {
@@ -62,11 +62,11 @@ impl Pipeline {
         route: &Route,
         method: &str,
         params: Map<String, Value>,
-        relay: Option<&Relay>,
+        via: Via<'_>,
     ) -> Result<Box<RawValue>, GatewayError> {
         let upstream = &self.upstreams[route.upstream];
         upstream
-            .request(method, params, relay)
+            .request(method, params, via)
             .await
             .map_err(|e| upstream_error(&route.namespace, e))
     }

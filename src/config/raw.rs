@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{ConfigError, LogFormat, PrefixMode};
+use super::{ConfigError, LogFormat, PrefixMode, SessionMode};
 
 /// A value with its byte span in the file, for error lines.
 #[derive(Debug, Clone)]
@@ -69,6 +69,7 @@ pub struct RawUpstream {
     pub env: Option<BTreeMap<String, String>>,
     pub env_passthrough: Option<Vec<Sp<String>>>,
     pub cwd: Option<String>,
+    pub session: Option<SessionMode>,
     pub use_sse: Option<Sp<bool>>,
     pub bearer_token_env: Option<Sp<String>>,
     pub token_file: Option<Sp<String>>,
@@ -97,6 +98,18 @@ impl<'de> Deserialize<'de> for PrefixMode {
             "never" => Ok(Self::Never),
             other => Err(serde::de::Error::custom(format!(
                 "expected \"always\", \"conditional\" or \"never\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "shared" => Ok(Self::Shared),
+            "per_client" => Ok(Self::PerClient),
+            other => Err(serde::de::Error::custom(format!(
+                "expected \"shared\" or \"per_client\", got {other:?}"
             ))),
         }
     }

@@ -909,3 +909,19 @@ fn stdio_upstreams_get_a_clean_environment_plus_what_is_named() {
     assert_eq!(e.path, "upstreams[0].env_passthrough");
     assert!(e.message.contains("NOPE"));
 }
+
+#[test]
+fn upstream_session_mode() {
+    assert_eq!(
+        only_upstream(&parse(&with_upstream(""))).session,
+        SessionMode::Shared
+    );
+    assert_eq!(
+        only_upstream(&parse(&with_upstream("session = \"per_client\""))).session,
+        SessionMode::PerClient
+    );
+    let text = with_upstream("session = \"sometimes\"");
+    let e = error(&text);
+    assert_eq!(e.path, "upstreams[0].session");
+    assert!(e.message.contains("per_client"), "{e}");
+}

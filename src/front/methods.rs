@@ -15,7 +15,7 @@ use crate::error::{FieldError, GatewayError};
 use crate::pipeline::{CallRequest, miss_error};
 use crate::protocol::jsonrpc::{self, parse_params};
 use crate::protocol::meta;
-use crate::upstream::State;
+use crate::upstream::{State, Via};
 
 #[derive(Deserialize)]
 struct ListParams {
@@ -85,7 +85,7 @@ impl Front {
                     principal: &ctx.principal,
                     name: &name,
                     params: params.clone(),
-                    relay: ctx.relay.as_ref(),
+                    via: ctx.via(),
                 })
                 .await?;
             match self
@@ -166,7 +166,7 @@ impl Front {
         strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
-            .forward(&route, "resources/read", params, ctx.relay.as_ref())
+            .forward(&route, "resources/read", params, ctx.via())
             .await
             .map_err(|e| match e {
                 // 2026-07-28 upstreams say "not found" with -32602; either way the agent gets
@@ -208,7 +208,7 @@ impl Front {
         strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
-            .forward(&route, "prompts/get", params, ctx.relay.as_ref())
+            .forward(&route, "prompts/get", params, ctx.via())
             .await?;
         Ok(self.finish_raw(ctx, raw))
     }
@@ -277,7 +277,7 @@ impl Front {
         strip_protocol_meta(ctx, &mut params);
         let raw = self
             .pipeline
-            .forward(&route, "completion/complete", params, ctx.relay.as_ref())
+            .forward(&route, "completion/complete", params, ctx.via())
             .await?;
         Ok(self.finish_raw(ctx, raw))
     }
@@ -316,7 +316,7 @@ impl Front {
             let level = level.clone();
             async move {
                 let params = json!({ "level": level }).as_object().cloned().unwrap_or_default();
-                if let Err(e) = u.request("logging/setLevel", params, None).await {
+                if let Err(e) = u.request("logging/setLevel", params, Via::default()).await {
                     tracing::debug!(namespace = %u.namespace, error = %e, "logging/setLevel not applied upstream");
                 }
             }

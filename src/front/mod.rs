@@ -26,7 +26,7 @@ use crate::pipeline::{Authenticator, Pipeline, Principal};
 use crate::protocol::jsonrpc::{self, Request};
 use crate::protocol::{ProtocolVersion, meta};
 use crate::telemetry::Metrics;
-use crate::upstream::{Inbound, Relay, Upstream};
+use crate::upstream::{Inbound, Relay, Upstream, Via};
 use session::{Session, Sessions};
 
 /// The era of one request, as the body-first classifier decided.
@@ -64,6 +64,15 @@ impl Ctx {
             session: Some(session),
             relay,
             wants_logs: true,
+        }
+    }
+
+    /// How this request's upstream calls travel: its relay, and its session for per-client
+    /// upstreams.
+    pub fn via(&self) -> Via<'_> {
+        Via {
+            relay: self.relay.as_ref(),
+            session: self.session.as_ref().map(|s| &s.id),
         }
     }
 
@@ -176,6 +185,7 @@ impl Front {
         upstreams: Arc<[Arc<Upstream>]>,
         first_loads: Vec<watch::Receiver<bool>>,
         metrics: Arc<Metrics>,
+        ended_sessions: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
     ) -> Self {
         let g = &config.gateway;
         let wildcard = matches!(g.host.as_str(), "0.0.0.0" | "::" | "[::]");
@@ -214,7 +224,7 @@ impl Front {
             pipeline: Pipeline::new(catalog.clone(), upstreams.clone()),
             catalog,
             upstreams,
-            sessions: Sessions::new(g.session_idle_timeout, g.max_sessions),
+            sessions: Sessions::new(g.session_idle_timeout, g.max_sessions, ended_sessions),
             metrics,
             first_loads,
             warm: AtomicBool::new(false),

@@ -195,14 +195,18 @@ pub struct Sessions {
     map: RwLock<HashMap<Arc<str>, Arc<Session>>>,
     idle_timeout: Duration,
     max: usize,
+    ended: mpsc::UnboundedSender<Arc<str>>,
 }
 
 impl Sessions {
-    pub fn new(idle_timeout: Duration, max: usize) -> Self {
+    /// `ended` receives the id of every session that ends, however it ends (DELETE, idle
+    /// expiry, eviction), so per-client upstream sessions can be closed with it.
+    pub fn new(idle_timeout: Duration, max: usize, ended: mpsc::UnboundedSender<Arc<str>>) -> Self {
         Self {
             map: RwLock::new(HashMap::new()),
             idle_timeout,
             max: max.max(1),
+            ended,
         }
     }
 
@@ -210,7 +214,7 @@ impl Sessions {
         let session = Arc::new(session);
         let mut map = self.map.write().expect("sessions lock poisoned");
         if map.len() >= self.max {
-            map.retain(|_, s| s.idle_for() < self.idle_timeout);
+            self.retain_live(&mut map);
         }
         if map.len() >= self.max {
             let oldest = map
@@ -223,6 +227,7 @@ impl Sessions {
                     "session table full; evicting the least recently used session"
                 );
                 map.remove(&id);
+                let _ = self.ended.send(id);
             }
         }
         map.insert(session.id.clone(), session.clone());
@@ -249,11 +254,12 @@ impl Sessions {
     }
 
     pub fn remove(&self, id: &str) -> bool {
-        self.map
+        let removed = self
+            .map
             .write()
             .expect("sessions lock poisoned")
-            .remove(id)
-            .is_some()
+            .remove_entry(id);
+        removed.map(|(id, _)| self.ended.send(id)).is_some()
     }
 
     pub fn all(&self) -> Vec<Arc<Session>> {
@@ -273,11 +279,21 @@ impl Sessions {
         self.len() == 0
     }
 
-    /// Drops idle sessions (called periodically).
+    /// Drops idle sessions (called periodically); returns how many.
     pub fn sweep(&self) -> usize {
         let mut map = self.map.write().expect("sessions lock poisoned");
+        self.retain_live(&mut map)
+    }
+
+    fn retain_live(&self, map: &mut HashMap<Arc<str>, Arc<Session>>) -> usize {
         let before = map.len();
-        map.retain(|_, s| s.idle_for() < self.idle_timeout);
+        map.retain(|id, s| {
+            let live = s.idle_for() < self.idle_timeout;
+            if !live {
+                let _ = self.ended.send(id.clone());
+            }
+            live
+        });
         before - map.len()
     }
 }
@@ -306,7 +322,7 @@ mod tests {
 
     #[test]
     fn another_principal_cannot_use_a_session() {
-        let sessions = Sessions::new(Duration::from_secs(60), 10);
+        let sessions = Sessions::new(Duration::from_secs(60), 10, mpsc::unbounded_channel().0);
         let s = sessions.insert(session("alice"));
         assert!(sessions.get(&s.id, &Principal::new("alice")).is_some());
         assert!(sessions.get(&s.id, &Principal::new("mallory")).is_none());
@@ -314,7 +330,7 @@ mod tests {
 
     #[test]
     fn a_full_table_evicts_the_least_recently_used() {
-        let sessions = Sessions::new(Duration::from_secs(60), 2);
+        let sessions = Sessions::new(Duration::from_secs(60), 2, mpsc::unbounded_channel().0);
         let first = sessions.insert(session("p"));
         std::thread::sleep(Duration::from_millis(5));
         let second = sessions.insert(session("p"));

@@ -12,6 +12,7 @@ pub mod sse;
 pub mod stdio;
 pub mod streamable_http;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -22,7 +23,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use crate::catalog::{Catalog, Listing};
-use crate::config::{Endpoint, UpstreamConfig};
+use crate::config::{Endpoint, SessionMode, UpstreamConfig};
 use crate::protocol::ProtocolVersion;
 use crate::telemetry::Metrics;
 
@@ -152,6 +153,9 @@ pub struct Health {
     /// The server process, for stdio upstreams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Upstream sessions opened for individual agent sessions (`session = "per_client"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_sessions: Option<usize>,
     pub last_error: Option<Failure>,
     #[serde(serialize_with = "rfc3339")]
     pub since: SystemTime,
@@ -163,6 +167,10 @@ pub struct Upstream {
     pub namespace: Arc<str>,
     pub config: UpstreamConfig,
     pub transport: Transport,
+    /// With `session = "per_client"`: one transport (upstream session or process) per agent
+    /// session, made on first use and closed when the agent session ends.
+    per_client: Option<Mutex<HashMap<Arc<str>, Arc<Transport>>>>,
+    max_response_bytes: usize,
     health: Mutex<Health>,
     metrics: Arc<Metrics>,
 }
@@ -175,37 +183,7 @@ impl Upstream {
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
         let namespace: Arc<str> = config.namespace.as_str().into();
-        let transport = match &config.endpoint {
-            Endpoint::Http { url, use_sse } => {
-                let mut static_headers = http::HeaderMap::new();
-                if let Some(origin) = &config.origin {
-                    static_headers.insert(http::header::ORIGIN, origin.clone());
-                }
-                for (name, value) in &config.headers {
-                    static_headers.insert(name.clone(), value.clone());
-                }
-                let setup = SseSetup {
-                    namespace: namespace.clone(),
-                    url: url.clone(),
-                    http: http_client::build(&config)?,
-                    token: auth::TokenSource::from_config(&config.auth)?,
-                    static_headers,
-                    timeout: config.timeout,
-                    max_message_bytes: max_response_bytes,
-                };
-                Transport::Http {
-                    streamable: StreamableHttp::new(setup.clone()),
-                    sse: SseTransport::new(setup),
-                    legacy_sse: AtomicBool::new(*use_sse),
-                }
-            }
-            Endpoint::Stdio(command) => Transport::Stdio(StdioTransport::new(
-                &namespace,
-                command.clone(),
-                config.timeout,
-                max_response_bytes,
-            )),
-        };
+        let transport = Transport::build(&namespace, &config, max_response_bytes)?;
         let health = Health {
             namespace: namespace.clone(),
             state: State::Connecting,
@@ -214,22 +192,29 @@ impl Upstream {
             tools: 0,
             fingerprint: None,
             pid: None,
+            client_sessions: None,
             last_error: None,
             since: SystemTime::now(),
         };
         metrics.set_upstream_state(&namespace, State::Connecting);
+        let per_client =
+            (config.session == SessionMode::PerClient).then(|| Mutex::new(HashMap::new()));
         Ok(Self {
             index,
             namespace,
             config,
             transport,
+            per_client,
+            max_response_bytes,
             health: Mutex::new(health),
             metrics,
         })
     }
 
     pub fn health(&self) -> Health {
-        self.health.lock().expect("health lock poisoned").clone()
+        let mut health = self.health.lock().expect("health lock poisoned").clone();
+        health.client_sessions = self.per_client.is_some().then(|| self.client_sessions());
+        health
     }
 
     pub fn state(&self) -> State {
@@ -237,14 +222,75 @@ impl Upstream {
     }
 
     /// Sends one request and returns the upstream's raw `result`. What the upstream sends
-    /// meanwhile (progress, logs, its own requests) goes to `relay`, if given.
+    /// meanwhile (progress, logs, its own requests) goes to `via.relay`; `via.session` picks the
+    /// agent's own upstream session when this upstream is per-client.
     pub async fn request(
         &self,
         method: &str,
         params: Map<String, Value>,
-        relay: Option<&Relay>,
+        via: Via<'_>,
     ) -> Result<Box<RawValue>, UpstreamError> {
-        self.transport.request(method, params, relay).await
+        match self.transport_for(via.session)? {
+            Some(own) => own.request(method, params, via.relay).await,
+            None => self.transport.request(method, params, via.relay).await,
+        }
+    }
+
+    /// The agent session's own transport, for per-client upstreams.
+    fn transport_for(
+        &self,
+        session: Option<&Arc<str>>,
+    ) -> Result<Option<Arc<Transport>>, UpstreamError> {
+        let (Some(table), Some(session)) = (&self.per_client, session) else {
+            return Ok(None);
+        };
+        let mut table = table.lock().expect("per-client lock poisoned");
+        if let Some(own) = table.get(session) {
+            return Ok(Some(own.clone()));
+        }
+        let own = Arc::new(
+            Transport::build(&self.namespace, &self.config, self.max_response_bytes)
+                .map_err(UpstreamError::Spawn)?,
+        );
+        table.insert(session.clone(), own.clone());
+        Ok(Some(own))
+    }
+
+    /// Closes the upstream session (or process) an ended agent session had.
+    pub async fn end_session(&self, session: &str) {
+        let own = self
+            .per_client
+            .as_ref()
+            .and_then(|t| t.lock().expect("per-client lock poisoned").remove(session));
+        if let Some(own) = own {
+            own.shutdown().await;
+        }
+    }
+
+    /// Stops everything this upstream runs: the shared connection and every per-client one.
+    pub async fn shutdown(&self) {
+        let own: Vec<Arc<Transport>> = self
+            .per_client
+            .as_ref()
+            .map(|t| {
+                t.lock()
+                    .expect("per-client lock poisoned")
+                    .drain()
+                    .map(|(_, t)| t)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for transport in own {
+            transport.shutdown().await;
+        }
+        self.transport.shutdown().await;
+    }
+
+    /// Per-client upstream sessions open now.
+    pub fn client_sessions(&self) -> usize {
+        self.per_client
+            .as_ref()
+            .map_or(0, |t| t.lock().expect("per-client lock poisoned").len())
     }
 
     fn set_state(&self, state: State, failure: Option<&UpstreamError>) {
@@ -283,7 +329,7 @@ impl Upstream {
         } else {
             "ping"
         };
-        match self.request(method, Map::new(), None).await {
+        match self.request(method, Map::new(), Via::default()).await {
             Ok(_) | Err(UpstreamError::Rpc { .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -321,8 +367,9 @@ impl Upstream {
             if let Some(c) = &cursor {
                 params.insert("cursor".into(), Value::from(c.as_str()));
             }
-            let page: Value = serde_json::from_str(self.request(method, params, None).await?.get())
-                .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
+            let page: Value =
+                serde_json::from_str(self.request(method, params, Via::default()).await?.get())
+                    .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
             let list = page.get(key).and_then(Value::as_array).ok_or_else(|| {
                 UpstreamError::Protocol(format!("{method} result has no {key:?} array"))
             })?;
@@ -447,6 +494,15 @@ fn withdraw(upstream: &Upstream, catalog: &Catalog, e: &UpstreamError) {
     upstream.transport.reset();
 }
 
+/// How a request reaches an upstream beyond its method and params.
+#[derive(Clone, Copy, Default)]
+pub struct Via<'a> {
+    /// Where progress, logs and the upstream's own requests go.
+    pub relay: Option<&'a Relay>,
+    /// The agent session on whose behalf this is (picks a per-client upstream session).
+    pub session: Option<&'a Arc<str>>,
+}
+
 /// The transports an upstream can be reached over.
 pub enum Transport {
     /// Streamable HTTP, falling back to the legacy HTTP+SSE transport when `initialize` is
@@ -460,6 +516,44 @@ pub enum Transport {
 }
 
 impl Transport {
+    fn build(
+        namespace: &Arc<str>,
+        config: &UpstreamConfig,
+        max_response_bytes: usize,
+    ) -> Result<Self, String> {
+        Ok(match &config.endpoint {
+            Endpoint::Http { url, use_sse } => {
+                let mut static_headers = http::HeaderMap::new();
+                if let Some(origin) = &config.origin {
+                    static_headers.insert(http::header::ORIGIN, origin.clone());
+                }
+                for (name, value) in &config.headers {
+                    static_headers.insert(name.clone(), value.clone());
+                }
+                let setup = SseSetup {
+                    namespace: namespace.clone(),
+                    url: url.clone(),
+                    http: http_client::build(config)?,
+                    token: auth::TokenSource::from_config(&config.auth)?,
+                    static_headers,
+                    timeout: config.timeout,
+                    max_message_bytes: max_response_bytes,
+                };
+                Transport::Http {
+                    streamable: StreamableHttp::new(setup.clone()),
+                    sse: SseTransport::new(setup),
+                    legacy_sse: AtomicBool::new(*use_sse),
+                }
+            }
+            Endpoint::Stdio(command) => Transport::Stdio(StdioTransport::new(
+                namespace,
+                command.clone(),
+                config.timeout,
+                max_response_bytes,
+            )),
+        })
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Http { legacy_sse, .. } if legacy_sse.load(Ordering::Relaxed) => "sse",
@@ -571,9 +665,16 @@ impl Transport {
         }
     }
 
+    /// Ends the connection for good: stops a stdio process, ends an HTTP session.
     pub async fn shutdown(&self) {
-        if let Self::Stdio(t) = self {
-            t.shutdown().await;
+        match self {
+            Self::Stdio(t) => t.shutdown().await,
+            Self::Http {
+                streamable, sse, ..
+            } => {
+                streamable.end_session().await;
+                sse.reset();
+            }
         }
     }
 }

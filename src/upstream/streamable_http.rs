@@ -159,6 +159,21 @@ impl StreamableHttp {
         Ok(link)
     }
 
+    /// Ends the upstream session (DELETE, best effort) and forgets the link.
+    pub async fn end_session(&self) {
+        let link = self.current();
+        self.reset();
+        if let Some(link) = link.filter(|l| l.session.is_some()) {
+            let poster = self.poster(&link);
+            let delete = poster
+                .http
+                .delete(poster.url.clone())
+                .headers(poster.headers.clone())
+                .send();
+            let _ = tokio::time::timeout(Duration::from_secs(5), delete).await;
+        }
+    }
+
     /// Resolves when the server announces (on its notification stream) that a list changed.
     pub async fn list_changed(&self) {
         self.list_changed.notified().await;

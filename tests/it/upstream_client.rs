@@ -231,3 +231,46 @@ async fn a_catalog_change_upstream_reaches_listings_on_the_next_refresh() {
         "x"
     );
 }
+
+#[tokio::test]
+async fn per_client_upstreams_give_each_agent_session_its_own_upstream_session() {
+    let up = FakeUpstream::new().echo_tool("echo").start().await;
+    let config = format!(
+        "{}session = \"per_client\"\n",
+        config_for(&[("fake", &up.url())])
+    );
+    let gw = TestGateway::start(&config).await;
+    let alice = Legacy::connect(&gw.url).await;
+    let bob = Legacy::connect(&gw.url).await;
+    alice.call_tool("fake__echo", json!({"message": "a"})).await;
+    bob.call_tool("fake__echo", json!({"message": "b"})).await;
+    alice
+        .call_tool("fake__echo", json!({"message": "a2"}))
+        .await;
+    let sessions: Vec<String> = up
+        .hits("tools/call")
+        .iter()
+        .map(|h| h.headers["mcp-session-id"].to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sessions[0], sessions[2], "alice keeps her upstream session");
+    assert_ne!(sessions[0], sessions[1], "bob has his own");
+    assert_eq!(gw.healthz().await["upstreams"][0]["client_sessions"], 2);
+
+    // Ending alice's session ends her upstream session.
+    let delete = alice
+        .http
+        .delete(&gw.url)
+        .header("mcp-session-id", alice.session.as_ref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status(), 200);
+    for _ in 0..100 {
+        if up.hit_count("DELETE") == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(up.hits("DELETE")[0].params["session"], sessions[0]);
+    assert_eq!(gw.healthz().await["upstreams"][0]["client_sessions"], 1);
+}

@@ -274,7 +274,7 @@ impl FakeUpstreamBuilder {
             get_streams_opened: AtomicUsize::new(0),
         });
         let app = Router::new()
-            .route("/mcp", post(handle).get(open_stream))
+            .route("/mcp", post(handle).get(open_stream).delete(end_session))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -283,6 +283,30 @@ impl FakeUpstreamBuilder {
         });
         FakeUpstream { addr, inner }
     }
+}
+
+/// DELETE: the client ends its session.
+async fn end_session(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
+    let session = headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    inner.hits.lock().unwrap().push(Hit {
+        id: None,
+        method: "DELETE".into(),
+        params: json!({"session": session}),
+        headers,
+    });
+    let status = if inner.sessions.lock().unwrap().remove(&session) {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    };
+    Response::builder()
+        .status(status)
+        .body(Body::empty())
+        .unwrap()
 }
 
 /// GET: the session's server-to-client stream (legacy era only).
