@@ -273,7 +273,10 @@ impl StreamableHttp {
         // the deadline passed), a legacy upstream is told with notifications/cancelled; for
         // 2026-07-28 upstreams closing the stream is the cancellation.
         let mut cancel = CancelOnDrop {
-            notice: matches!(link.era, Era::Legacy(_)).then(|| (self.poster(link), id)),
+            transport: self,
+            link,
+            id,
+            armed: matches!(link.era, Era::Legacy(_)),
         };
         let exchange = async {
             let response = request.send().await.map_err(|e| self.transport_error(e))?;
@@ -282,9 +285,7 @@ impl StreamableHttp {
             Ok((result, session))
         };
         let outcome = tokio::time::timeout(self.timeout, exchange).await;
-        if outcome.is_ok() {
-            cancel.notice = None;
-        }
+        cancel.armed &= outcome.is_err();
         outcome.map_err(|_| UpstreamError::Timeout(self.timeout))?
     }
 
@@ -591,17 +592,20 @@ fn parse_frame(body: &[u8], id: u64) -> Frame {
 }
 
 /// Tells a legacy upstream that a request was abandoned, unless disarmed first.
-struct CancelOnDrop {
-    notice: Option<(Poster, u64)>,
+struct CancelOnDrop<'a> {
+    transport: &'a StreamableHttp,
+    link: &'a Link,
+    id: u64,
+    armed: bool,
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some((poster, id)) = self.notice.take() {
-            poster.post_detached(json!({
+        if self.armed {
+            self.transport.poster(self.link).post_detached(json!({
                 "jsonrpc": "2.0",
                 "method": "notifications/cancelled",
-                "params": { "requestId": id, "reason": "the agent cancelled or the deadline passed" },
+                "params": { "requestId": self.id, "reason": "the agent cancelled or the deadline passed" },
             }));
         }
     }

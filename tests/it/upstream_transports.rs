@@ -172,10 +172,17 @@ async fn a_strict_legacy_server_that_exits_on_the_probe_is_restarted_as_legacy()
         .unwrap()
         .to_string();
     assert_eq!(pid, health["pid"].to_string());
+    let logs = gw.logs();
     assert!(
-        gw.logs().contains("exited on server/discover"),
+        logs.contains("exited on server/discover"),
         "the probe's casualty is logged"
     );
+    // The server's own stderr line reaches the gateway's log, tagged with its namespace.
+    let stderr_line = logs
+        .lines()
+        .find(|l| l.contains("before initialize; exiting"))
+        .expect("stderr captured");
+    assert!(stderr_line.contains("strict"), "{stderr_line}");
 }
 
 #[tokio::test]
