@@ -5,6 +5,8 @@
 //! - [`error`]: [`error::GatewayError`], the one place errors become wire errors.
 //! - [`protocol`]: JSON-RPC envelopes, MCP revisions and era detection, SSE framing.
 //! - [`upstream`]: the MCP client toward each upstream (transport, era probe, sessions, state).
+//! - [`evaluation`]: retrieval-quality benchmark over a tool catalog and gold queries.
+//! - [`ranking`]: which tools fit a task (BM25 over weighted tool fields).
 //! - [`catalog`]: aggregation, reversible namespacing, fingerprints, routing table.
 //! - [`pipeline`]: `Pipeline::call_tool`, the ordered stages every tool call goes through.
 //! - [`front`]: the agent-facing MCP server (Streamable HTTP both eras, stdio) and ops endpoints.
@@ -14,9 +16,11 @@
 pub mod catalog;
 pub mod config;
 pub mod error;
+pub mod evaluation;
 pub mod front;
 pub mod gateway;
 pub mod pipeline;
 pub mod protocol;
+pub mod ranking;
 pub mod telemetry;
 pub mod upstream;

@@ -31,10 +31,45 @@ enum Command {
     Serve,
     /// Validate the config and print the resolved plan
     Check,
+    /// Benchmarks that print their figures
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Retrieval quality (R@k, C@10, MRR@20, nDCG@10) on a tool/query dataset
+    Retrieval {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+        #[arg(long, default_value = "bm25")]
+        ranker: String,
+    },
+    /// Grid search of BM25 field weights on the tuning half of a dataset
+    TuneBm25 {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Bench(bench)) = cli.command {
+        return match run_bench(bench) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gatehouse: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let path = cli.config.clone().or_else(|| {
         ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"]
             .iter()
@@ -57,6 +92,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Serve => serve(config, cli.stdio),
+        Command::Bench(_) => unreachable!("handled before loading a config"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -84,4 +120,24 @@ fn serve(config: Config, stdio: bool) -> Result<()> {
         tracing::info!(%addr, path = %config.gateway.path, upstreams = config.upstreams.len(), "gatehouse serving");
         gateway.serve_http(listener, gateway::shutdown_signal()).await.map_err(Into::into)
     })
+}
+
+fn run_bench(bench: Bench) -> Result<String, String> {
+    use gatehouse::evaluation::{self, QueryRecord, ToolRecord};
+    match bench {
+        Bench::Retrieval { tools, queries, ranker } => {
+            let tools: Vec<ToolRecord> = evaluation::read_jsonl(&tools)?;
+            let queries: Vec<QueryRecord> = evaluation::read_jsonl(&queries)?;
+            let run = match ranker.as_str() {
+                "bm25" => evaluation::run_lexical(&tools, &queries),
+                other => return Err(format!("--ranker {other:?}: expected bm25")),
+            };
+            Ok(format!("{} tools, {} queries\n{}", tools.len(), queries.len(), run.report(&ranker)))
+        }
+        Bench::TuneBm25 { tools, queries } => {
+            let tools: Vec<ToolRecord> = evaluation::read_jsonl(&tools)?;
+            let queries: Vec<QueryRecord> = evaluation::read_jsonl(&queries)?;
+            Ok(evaluation::tune_weights(&tools, &queries))
+        }
+    }
 }

@@ -1,0 +1,263 @@
+//! Retrieval quality: run a ranker over a tool catalog and a set of queries with gold answers
+//! (the layout of `bench/data/`), and report Recall@k, Complete@10, MRR@20 and nDCG@10 — for
+//! the synthetic and the live (user-contributed) queries separately, and on a fixed split so
+//! tuning never sees the queries it is reported on.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::ranking::{self, Lexical};
+
+#[derive(Deserialize)]
+pub struct ToolRecord {
+    pub id: String,
+    #[serde(flatten)]
+    pub definition: Value,
+}
+
+#[derive(Deserialize)]
+pub struct QueryRecord {
+    pub id: String,
+    pub query: String,
+    #[serde(default)]
+    pub gold: Vec<Vec<String>>,
+    #[serde(default)]
+    pub meta: Value,
+}
+
+impl QueryRecord {
+    /// BFCL's `live_*` categories are user-contributed; the rest are synthetic.
+    pub fn is_live(&self) -> bool {
+        self.meta.get("category").and_then(Value::as_str).is_some_and(|c| c.starts_with("live"))
+    }
+
+    /// Half of the queries (by a hash of the id, so stable across runs and machines) are for
+    /// tuning; the other half only for reporting.
+    pub fn split(&self) -> Split {
+        if Sha256::digest(self.id.as_bytes())[0] % 2 == 0 { Split::Tune } else { Split::Test }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Tune,
+    Test,
+}
+
+pub fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1)))
+        .collect()
+}
+
+/// Per-query scores, averaged later.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Scores {
+    pub recall_1: f64,
+    pub recall_5: f64,
+    pub recall_10: f64,
+    pub complete_10: f64,
+    pub mrr_20: f64,
+    pub ndcg_10: f64,
+}
+
+/// Scores one ranking (tool ids, best first) against gold groups.
+pub fn score(ranking: &[&str], gold: &[Vec<String>]) -> Scores {
+    if gold.is_empty() {
+        return Scores::default();
+    }
+    let groups: Vec<HashSet<&str>> = gold.iter().map(|g| g.iter().map(String::as_str).collect()).collect();
+    let found_within = |k: usize| groups.iter().filter(|g| ranking.iter().take(k).any(|id| g.contains(id))).count();
+    let n = groups.len() as f64;
+    let first = ranking.iter().take(20).position(|id| groups.iter().any(|g| g.contains(id)));
+    // nDCG with binary gains per group: a group counts once, at its best-ranked member.
+    let mut credited = vec![false; groups.len()];
+    let mut dcg = 0.0;
+    for (i, id) in ranking.iter().take(10).enumerate() {
+        if let Some(g) = groups.iter().enumerate().position(|(j, g)| !credited[j] && g.contains(id)) {
+            credited[g] = true;
+            dcg += 1.0 / ((i + 2) as f64).log2();
+        }
+    }
+    let ideal: f64 = (0..groups.len().min(10)).map(|i| 1.0 / ((i + 2) as f64).log2()).sum();
+    Scores {
+        recall_1: found_within(1) as f64 / n,
+        recall_5: found_within(5) as f64 / n,
+        recall_10: found_within(10) as f64 / n,
+        complete_10: if found_within(10) == groups.len() { 1.0 } else { 0.0 },
+        mrr_20: first.map_or(0.0, |p| 1.0 / (p + 1) as f64),
+        ndcg_10: dcg / ideal,
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Summary {
+    pub queries: usize,
+    pub mean: Scores,
+}
+
+fn summarise<'a>(scores: impl Iterator<Item = &'a Scores>) -> Summary {
+    let mut sum = Scores::default();
+    let mut n = 0;
+    for s in scores {
+        n += 1;
+        sum.recall_1 += s.recall_1;
+        sum.recall_5 += s.recall_5;
+        sum.recall_10 += s.recall_10;
+        sum.complete_10 += s.complete_10;
+        sum.mrr_20 += s.mrr_20;
+        sum.ndcg_10 += s.ndcg_10;
+    }
+    let d = n.max(1) as f64;
+    Summary {
+        queries: n,
+        mean: Scores {
+            recall_1: sum.recall_1 / d,
+            recall_5: sum.recall_5 / d,
+            recall_10: sum.recall_10 / d,
+            complete_10: sum.complete_10 / d,
+            mrr_20: sum.mrr_20 / d,
+            ndcg_10: sum.ndcg_10 / d,
+        },
+    }
+}
+
+/// The result of a run: scores per query with its part (live?) and split.
+pub struct Run {
+    pub per_query: Vec<(bool, Split, Scores)>,
+}
+
+impl Run {
+    pub fn summary(&self, live: Option<bool>, split: Option<Split>) -> Summary {
+        summarise(
+            self.per_query
+                .iter()
+                .filter(|(l, s, _)| live.is_none_or(|v| v == *l) && split.is_none_or(|v| v == *s))
+                .map(|(_, _, scores)| scores),
+        )
+    }
+
+    /// A table: rows for synthetic, live and all queries, on the test half and on everything.
+    pub fn report(&self, ranker: &str) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "ranker: {ranker}");
+        let _ = writeln!(out, "{:<26} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>8}", "queries", "n", "R@1", "R@5", "R@10", "C@10", "MRR@20", "nDCG@10");
+        for (label, split) in [("test half", Some(Split::Test)), ("all", None)] {
+            for (part, live) in [("synthetic", Some(false)), ("live", Some(true)), ("all", None)] {
+                let s = self.summary(live, split);
+                let m = s.mean;
+                let _ = writeln!(
+                    out,
+                    "{:<26} {:>7} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>7.1} {:>8.1}",
+                    format!("{part} ({label})"),
+                    s.queries,
+                    m.recall_1 * 100.0,
+                    m.recall_5 * 100.0,
+                    m.recall_10 * 100.0,
+                    m.complete_10 * 100.0,
+                    m.mrr_20 * 100.0,
+                    m.ndcg_10 * 100.0
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Ranks every query with BM25 over the tool documents.
+pub fn run_lexical(tools: &[ToolRecord], queries: &[QueryRecord]) -> Run {
+    run_lexical_weighted(tools, queries, &ranking::WEIGHTS)
+}
+
+pub fn run_lexical_weighted(tools: &[ToolRecord], queries: &[QueryRecord], weights: &ranking::Weights) -> Run {
+    let documents: Vec<_> = tools
+        .iter()
+        .map(|t| ranking::tool_document_weighted(&t.definition, t.definition.get("server").and_then(Value::as_str).unwrap_or_default(), weights))
+        .collect();
+    let ranker = Lexical::new(&documents);
+    let per_query = queries
+        .iter()
+        .map(|q| {
+            let hits = ranker.search(&q.query, 20);
+            let ids: Vec<&str> = hits.iter().map(|h| tools[h.index].id.as_str()).collect();
+            (q.is_live(), q.split(), score(&ids, &q.gold))
+        })
+        .collect();
+    Run { per_query }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gold(groups: &[&[&str]]) -> Vec<Vec<String>> {
+        groups.iter().map(|g| g.iter().map(|s| s.to_string()).collect()).collect()
+    }
+
+    #[test]
+    fn a_perfect_single_answer_scores_one_everywhere() {
+        let s = score(&["a", "b", "c"], &gold(&[&["a"]]));
+        assert_eq!((s.recall_1, s.recall_5, s.complete_10, s.mrr_20, s.ndcg_10), (1.0, 1.0, 1.0, 1.0, 1.0));
+    }
+
+    #[test]
+    fn groups_count_once_and_any_member_satisfies_them() {
+        // Two groups; the first is satisfied by either x or y (both ranked), the second missed.
+        let s = score(&["x", "y", "z"], &gold(&[&["x", "y"], &["q"]]));
+        assert_eq!(s.recall_5, 0.5);
+        assert_eq!(s.complete_10, 0.0);
+        assert_eq!(s.mrr_20, 1.0);
+        let ideal = 1.0 + 1.0 / 3f64.log2();
+        assert!((s.ndcg_10 - 1.0 / ideal).abs() < 1e-9, "y does not count again for group one");
+    }
+
+    #[test]
+    fn rank_positions_matter() {
+        let s = score(&["n1", "n2", "hit"], &gold(&[&["hit"]]));
+        assert_eq!(s.recall_1, 0.0);
+        assert_eq!(s.recall_5, 1.0);
+        assert!((s.mrr_20 - 1.0 / 3.0).abs() < 1e-9);
+        assert!((s.ndcg_10 - 1.0 / 4f64.log2()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_split_is_stable_and_roughly_even() {
+        let q = |id: &str| QueryRecord { id: id.into(), query: String::new(), gold: vec![], meta: Value::Null };
+        assert_eq!(q("simple_python_0").split(), q("simple_python_0").split());
+        let tune = (0..1000).filter(|i| q(&format!("q{i}")).split() == Split::Tune).count();
+        assert!((400..600).contains(&tune), "{tune}");
+    }
+}
+
+/// Grid search over field weights on the tuning half only (prints the best few). Test-half
+/// figures are never consulted here.
+pub fn tune_weights(tools: &[ToolRecord], queries: &[QueryRecord]) -> String {
+    let tune: Vec<&QueryRecord> = queries.iter().filter(|q| q.split() == Split::Tune).collect();
+    let tune_owned: Vec<QueryRecord> = tune
+        .iter()
+        .map(|q| QueryRecord { id: q.id.clone(), query: q.query.clone(), gold: q.gold.clone(), meta: q.meta.clone() })
+        .collect();
+    let mut results: Vec<(f64, String)> = Vec::new();
+    for name in [1.0, 2.0, 3.0, 4.0] {
+        for description in [1.0, 1.5] {
+            for parameter_names in [0.5, 1.0, 1.5] {
+                for parameter_descriptions in [0.25, 0.5, 1.0] {
+                    let w = ranking::Weights { name, title: 2.0, description, parameter_names, parameter_descriptions, namespace: 1.0 };
+                    let run = run_lexical_weighted(tools, &tune_owned, &w);
+                    let s = run.summary(None, None).mean;
+                    results.push((s.ndcg_10 + s.recall_5, format!("name {name} desc {description} pnames {parameter_names} pdesc {parameter_descriptions}: R@5 {:.1} nDCG@10 {:.1}", s.recall_5 * 100.0, s.ndcg_10 * 100.0)));
+                }
+            }
+        }
+    }
+    results.sort_by(|a, b| b.0.total_cmp(&a.0));
+    results.into_iter().take(8).map(|(_, l)| l + "\n").collect()
+}
