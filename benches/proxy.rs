@@ -72,9 +72,7 @@ async fn start_upstream(tool_count: usize) -> String {
         })
         .collect();
     let tools = Bytes::from(json!({ "tools": tools }).to_string());
-    let app = Router::new()
-        .route("/mcp", post(upstream_handler))
-        .with_state(Arc::new(Upstream { tools }));
+    let app = Router::new().route("/mcp", post(upstream_handler)).with_state(Arc::new(Upstream { tools }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
@@ -110,15 +108,8 @@ async fn start_gateway(upstream: &str) -> Gateway {
         .expect("spawn gatehouse");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = lines.next_line().await.unwrap().expect("listening line");
-    let url = line
-        .strip_prefix("gatehouse listening on ")
-        .unwrap()
-        .to_string();
-    Gateway {
-        _child: child,
-        url,
-        _dir: dir,
-    }
+    let url = line.strip_prefix("gatehouse listening on ").unwrap().to_string();
+    Gateway { _child: child, url, _dir: dir }
 }
 
 impl Gateway {
@@ -129,11 +120,7 @@ impl Gateway {
 
 fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap()
+    reqwest::Client::builder().pool_max_idle_per_host(64).tcp_nodelay(true).build().unwrap()
 }
 
 async fn initialize(http: &reqwest::Client, url: &str) -> String {
@@ -147,10 +134,7 @@ async fn initialize(http: &reqwest::Client, url: &str) -> String {
         .await
         .unwrap();
     assert!(response.status().is_success());
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_string();
     response.bytes().await.unwrap();
     session
 }
@@ -171,13 +155,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 }
 
 /// `concurrency` tasks each send `method` back to back; latencies recorded after the warm-up.
-async fn load(
-    url: &str,
-    concurrency: usize,
-    method: &'static str,
-    name: &'static str,
-    proxy: Option<u32>,
-) -> Figures {
+async fn load(url: &str, concurrency: usize, method: &'static str, name: &'static str, proxy: Option<u32>) -> Figures {
     let http = client();
     let session = initialize(&http, url).await;
     let sent_total = Arc::new(AtomicU64::new(0));
@@ -188,24 +166,15 @@ async fn load(
     let end = measure_from + MEASURE;
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (http, url, session, next_id) = (
-            http.clone(),
-            url.to_string(),
-            session.clone(),
-            next_id.clone(),
-        );
+        let (http, url, session, next_id) = (http.clone(), url.to_string(), session.clone(), next_id.clone());
         let sent_total = sent_total.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(100_000);
             loop {
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                let params = if method == "tools/call" {
-                    json!({"name": name, "arguments": {"q": "x"}})
-                } else {
-                    json!({})
-                };
-                let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-                    .to_string();
+                let params =
+                    if method == "tools/call" { json!({"name": name, "arguments": {"q": "x"}}) } else { json!({}) };
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
                 let sent = Instant::now();
                 let response = http
                     .post(&url)
@@ -244,12 +213,7 @@ async fn load(
     };
     all.sort_unstable();
     let pick = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
-    Figures {
-        rps: all.len() as f64 / MEASURE.as_secs_f64(),
-        p50: pick(0.50),
-        p99: pick(0.99),
-        cpu_per_request,
-    }
+    Figures { rps: all.len() as f64 / MEASURE.as_secs_f64(), p50: pick(0.50), p99: pick(0.99), cpu_per_request }
 }
 
 fn us(d: Duration) -> f64 {
@@ -265,10 +229,7 @@ async fn plain_forwarder(upstream: String) {
         post(move |headers: http::HeaderMap, body: Bytes| {
             let (http, upstream) = (http.clone(), upstream.clone());
             async move {
-                let mut request = http
-                    .post(&upstream)
-                    .header("content-type", "application/json")
-                    .body(body);
+                let mut request = http.post(&upstream).header("content-type", "application/json").body(body);
                 if let Some(s) = headers.get("mcp-session-id") {
                     request = request.header("mcp-session-id", s);
                 }
@@ -284,10 +245,7 @@ async fn plain_forwarder(upstream: String) {
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!(
-        "gatehouse listening on http://{}/mcp",
-        listener.local_addr().unwrap()
-    );
+    println!("gatehouse listening on http://{}/mcp", listener.local_addr().unwrap());
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
         let _ = s.set_nodelay(true);
     });
@@ -304,34 +262,17 @@ async fn start_forwarder(mode: &str, upstream: &str) -> Gateway {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = lines.next_line().await.unwrap().unwrap();
-    let url = line
-        .strip_prefix("gatehouse listening on ")
-        .unwrap()
-        .to_string();
-    Gateway {
-        _child: child,
-        url,
-        _dir: tempfile::tempdir().unwrap(),
-    }
+    let url = line.strip_prefix("gatehouse listening on ").unwrap().to_string();
+    Gateway { _child: child, url, _dir: tempfile::tempdir().unwrap() }
 }
 
 /// Calibration: an nginx reverse-proxy hop (keep-alive upstream, one worker per core), if nginx
 /// is installed (`apt-get install nginx-light`); the hop the README compares against.
 async fn start_nginx(upstream: &str) -> Option<Gateway> {
-    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())?;
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| std::path::Path::new(p).exists())?;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let target = upstream
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let target = upstream.trim_start_matches("http://").split('/').next().unwrap();
     let conf = format!(
         "worker_processes 1;\nmaster_process off;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
          events {{ worker_connections 1024; }}\n\
@@ -354,15 +295,8 @@ async fn start_nginx(upstream: &str) -> Option<Gateway> {
         .spawn()
         .ok()?;
     for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return Some(Gateway {
-                _child: child,
-                url: format!("http://127.0.0.1:{port}/mcp"),
-                _dir: dir,
-            });
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Some(Gateway { _child: child, url: format!("http://127.0.0.1:{port}/mcp"), _dir: dir });
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -378,67 +312,33 @@ async fn main() {
     if let Some(i) = args.iter().position(|a| a == "--plain-forwarder") {
         return plain_forwarder(args[i + 1].clone()).await;
     }
-    println!(
-        "gatehouse proxy benchmark ({}s warm-up, {}s measured per row)\n",
-        WARMUP.as_secs(),
-        MEASURE.as_secs()
-    );
+    println!("gatehouse proxy benchmark ({}s warm-up, {}s measured per row)\n", WARMUP.as_secs(), MEASURE.as_secs());
     let upstream = start_upstream(3).await;
     let gateway = start_gateway(&upstream).await;
     let forwarder = start_forwarder("--plain-forwarder", &upstream).await;
     let nginx = start_nginx(&upstream).await;
     if nginx.is_none() {
-        println!(
-            "(nginx not installed: `apt-get install nginx-light` adds the nginx calibration row)\n"
-        );
+        println!("(nginx not installed: `apt-get install nginx-light` adds the nginx calibration row)\n");
     }
 
-    println!(
-        "tools/call                  conc     req/s    p50 µs    p99 µs   added p50   kept   proxy CPU/req"
-    );
+    println!("tools/call                  conc     req/s    p50 µs    p99 µs   added p50   kept   proxy CPU/req");
     for concurrency in [1, 16] {
         let direct = load(&upstream, concurrency, "tools/call", "tool_00001", None).await;
         let mut rows = vec![("direct", direct)];
         if let Some(nginx) = &nginx {
-            rows.push((
-                "nginx hop",
-                load(
-                    &nginx.url,
-                    concurrency,
-                    "tools/call",
-                    "tool_00001",
-                    nginx.pid(),
-                )
-                .await,
-            ));
+            rows.push(("nginx hop", load(&nginx.url, concurrency, "tools/call", "tool_00001", nginx.pid()).await));
         }
         rows.push((
             "plain axum+reqwest",
-            load(
-                &forwarder.url,
-                concurrency,
-                "tools/call",
-                "tool_00001",
-                forwarder.pid(),
-            )
-            .await,
+            load(&forwarder.url, concurrency, "tools/call", "tool_00001", forwarder.pid()).await,
         ));
         rows.push((
             "through gatehouse",
-            load(
-                &gateway.url,
-                concurrency,
-                "tools/call",
-                "fast__tool_00001",
-                gateway.pid(),
-            )
-            .await,
+            load(&gateway.url, concurrency, "tools/call", "fast__tool_00001", gateway.pid()).await,
         ));
         let (base_p50, base_rps) = (us(rows[0].1.p50), rows[0].1.rps);
         for (label, f) in &rows {
-            let cpu = f
-                .cpu_per_request
-                .map_or_else(|| "-".to_string(), |d| format!("{:.0} µs", us(d)));
+            let cpu = f.cpu_per_request.map_or_else(|| "-".to_string(), |d| format!("{:.0} µs", us(d)));
             println!(
                 "  {label:<24} {concurrency:>4} {:>9.0} {:>9.0} {:>9.0}   {:>+7.0} µs  {:>5.2}   {cpu:>8}",
                 f.rps,

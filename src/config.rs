@@ -16,7 +16,7 @@ use http::{HeaderName, HeaderValue};
 use reqwest::Url;
 
 pub use raw::RawConfig;
-use raw::{RawDuration, RawGateway, RawUpstream, Sp};
+use raw::{RawDuration, RawGateway, RawGating, RawUpstream, Sp};
 
 /// Where `*_env` keys and `~` are resolved. `Process` in production, `Map` in tests.
 #[derive(Debug, Clone)]
@@ -27,12 +27,7 @@ pub enum Env {
 
 impl Env {
     pub fn from_pairs<const N: usize>(pairs: [(&str, &str); N]) -> Self {
-        Self::Map(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
+        Self::Map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
@@ -67,6 +62,24 @@ pub struct Config {
     pub gateway: GatewayConfig,
     pub upstreams: Vec<UpstreamConfig>,
     pub rag: RagConfig,
+    pub gating: GatingConfig,
+}
+
+/// `[gating]`: which tools an agent sees (SPEC §6).
+#[derive(Debug, Clone)]
+pub struct GatingConfig {
+    /// `false`: every `tools/list` gets the plain full catalog.
+    pub enabled: bool,
+    /// At most this many task-relevant tools follow the core.
+    pub tail_k: usize,
+    /// A conversation's tail grows up to this many tools, then starts over.
+    pub session_tail_max: usize,
+    /// Exposed tool names always in the core (besides each upstream's `pin`).
+    pub pin: Vec<String>,
+    /// Minimum relevance (0..1) for a tool to enter the tail: no padding with noise.
+    pub floor: f32,
+    /// Conversations whose tails are remembered; the least recently used go first.
+    pub max_conversations: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -263,6 +276,8 @@ impl fmt::Display for ConfigErrors {
 }
 
 pub const DEFAULT_SEPARATOR: &str = "__";
+/// The default relevance floor of the tail (tuned on BFCL's irrelevance queries; see README).
+pub const DEFAULT_FLOOR: f32 = 0.2;
 /// Gatehouse's own tools live here; no upstream may take it.
 pub const RESERVED_NAMESPACE: &str = "gateway";
 
@@ -284,24 +299,10 @@ impl Config {
     }
 
     pub fn parse(text: &str, env: &Env) -> Result<Config, ConfigErrors> {
-        let raw = RawConfig::parse(text).map_err(|e| ConfigErrors {
-            file: None,
-            errors: vec![e],
-        })?;
-        let mut v = Validator {
-            text,
-            env,
-            errors: Vec::new(),
-        };
+        let raw = RawConfig::parse(text).map_err(|e| ConfigErrors { file: None, errors: vec![e] })?;
+        let mut v = Validator { text, env, errors: Vec::new() };
         let config = v.config(raw);
-        if v.errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigErrors {
-                file: None,
-                errors: v.errors,
-            })
-        }
+        if v.errors.is_empty() { Ok(config) } else { Err(ConfigErrors { file: None, errors: v.errors }) }
     }
 
     /// Whether exposed names carry the namespace prefix.
@@ -322,18 +323,9 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn error(
-        &mut self,
-        path: impl Into<String>,
-        span: Option<Range<usize>>,
-        message: impl Into<String>,
-    ) {
+    fn error(&mut self, path: impl Into<String>, span: Option<Range<usize>>, message: impl Into<String>) {
         let line = span.map(|s| line_of(self.text, s.start));
-        self.errors.push(ConfigError {
-            path: path.into(),
-            line,
-            message: message.into(),
-        });
+        self.errors.push(ConfigError { path: path.into(), line, message: message.into() });
     }
 
     fn config(&mut self, raw: RawConfig) -> Config {
@@ -351,22 +343,15 @@ impl Validator<'_> {
             enabled: rag.enabled.unwrap_or(true),
             persist_dir: rag.persist_dir.map(|p| self.expand_home(&p)),
         };
-        Config {
-            gateway,
-            upstreams,
-            rag,
-        }
+        let gating = self.gating(raw.gating.unwrap_or_default());
+        Config { gateway, upstreams, rag, gating }
     }
 
     fn gateway(&mut self, g: RawGateway) -> GatewayConfig {
         let host = g.host.map_or_else(|| "127.0.0.1".to_string(), |h| h.value);
         let path = match g.path {
             Some(p) if !p.value.starts_with('/') || p.value.contains(['?', '#', ' ']) => {
-                self.error(
-                    "gateway.path",
-                    Some(p.span),
-                    "expected an absolute path such as \"/mcp\"",
-                );
+                self.error("gateway.path", Some(p.span), "expected an absolute path such as \"/mcp\"");
                 p.value
             }
             Some(p) => p.value,
@@ -382,10 +367,7 @@ impl Validator<'_> {
                 self.error(
                     "gateway.separator",
                     Some(s.span),
-                    format!(
-                        "expected 1-3 characters from '.', '_', '-' (\"__\" or \".\"), got {:?}",
-                        s.value
-                    ),
+                    format!("expected 1-3 characters from '.', '_', '-' (\"__\" or \".\"), got {:?}", s.value),
                 );
                 DEFAULT_SEPARATOR.into()
             }
@@ -410,13 +392,8 @@ impl Validator<'_> {
                 InboundAuth::Disabled { allow_remote }
             }
             (Some(env), false) => match self.secret_env("gateway.bearer_token_env", &env) {
-                Some(token) => InboundAuth::Bearer {
-                    env: env.value,
-                    token,
-                },
-                None => InboundAuth::Disabled {
-                    allow_remote: false,
-                },
+                Some(token) => InboundAuth::Bearer { env: env.value, token },
+                None => InboundAuth::Disabled { allow_remote: false },
             },
             (None, false) => {
                 self.error(
@@ -425,18 +402,12 @@ impl Validator<'_> {
                     "no inbound authentication configured: set bearer_token_env = \"NAME\" (a variable \
                      holding the token) or auth_disabled = true (local development only)",
                 );
-                InboundAuth::Disabled {
-                    allow_remote: false,
-                }
+                InboundAuth::Disabled { allow_remote: false }
             }
         };
 
         let lower_list = |items: Option<Vec<Sp<String>>>| -> Vec<String> {
-            items
-                .unwrap_or_default()
-                .into_iter()
-                .map(|o| o.value.trim_end_matches('/').to_ascii_lowercase())
-                .collect()
+            items.unwrap_or_default().into_iter().map(|o| o.value.trim_end_matches('/').to_ascii_lowercase()).collect()
         };
         let allowed_origins = lower_list(g.allowed_origins);
         let allowed_hosts = lower_list(g.allowed_hosts);
@@ -449,11 +420,7 @@ impl Validator<'_> {
             prefix_mode: g.prefix_mode.unwrap_or(PrefixMode::Always),
             allowed_origins,
             allowed_hosts,
-            manifest_ttl: self.duration(
-                "gateway.manifest_ttl",
-                g.manifest_ttl,
-                Duration::from_secs(30),
-            ),
+            manifest_ttl: self.duration("gateway.manifest_ttl", g.manifest_ttl, Duration::from_secs(30)),
             max_body_bytes: g.max_body_bytes.unwrap_or(4 * 1024 * 1024),
             max_response_bytes: g.max_response_bytes.unwrap_or(16 * 1024 * 1024),
             session_idle_timeout: self.duration(
@@ -462,14 +429,33 @@ impl Validator<'_> {
                 Duration::from_secs(30 * 60),
             ),
             max_sessions: g.max_sessions.unwrap_or(10_000),
-            cold_start_wait: self.duration(
-                "gateway.cold_start_wait",
-                g.cold_start_wait,
-                Duration::from_secs(10),
-            ),
+            cold_start_wait: self.duration("gateway.cold_start_wait", g.cold_start_wait, Duration::from_secs(10)),
             instructions: g.instructions,
             log_format: g.log_format.unwrap_or(LogFormat::Text),
             host,
+        }
+    }
+
+    fn gating(&mut self, g: RawGating) -> GatingConfig {
+        let floor = match g.floor {
+            Some(f) if !(0.0..=1.0).contains(&f.value) => {
+                self.error(
+                    "gating.floor",
+                    Some(f.span),
+                    format!("expected a relevance between 0 and 1, got {}", f.value),
+                );
+                DEFAULT_FLOOR
+            }
+            Some(f) => f.value as f32,
+            None => DEFAULT_FLOOR,
+        };
+        GatingConfig {
+            enabled: g.enabled.unwrap_or(true),
+            tail_k: g.tail_k.unwrap_or(8),
+            session_tail_max: g.session_tail_max.unwrap_or(32).max(1),
+            pin: g.pin.unwrap_or_default(),
+            floor,
+            max_conversations: g.max_conversations.unwrap_or(10_000).max(1),
         }
     }
 
@@ -485,10 +471,7 @@ impl Validator<'_> {
                 self.error(
                     format!("{at}.namespace"),
                     Some(ns.span.clone()),
-                    format!(
-                        "duplicate namespace {:?} (already used by upstreams[{first}])",
-                        ns.value
-                    ),
+                    format!("duplicate namespace {:?} (already used by upstreams[{first}])", ns.value),
                 );
             }
             if let Some(config) = self.upstream(&at, u) {
@@ -505,37 +488,25 @@ impl Validator<'_> {
                 self.error(
                     format!("{at}.token_file"),
                     Some(file.span),
-                    format!(
-                        "set either bearer_token_env ({:?}) or token_file, not both",
-                        env.value
-                    ),
+                    format!("set either bearer_token_env ({:?}) or token_file, not both", env.value),
                 );
                 UpstreamAuth::None
             }
             (Some(env), None) => match self.secret_env(&format!("{at}.bearer_token_env"), &env) {
-                Some(token) => UpstreamAuth::Bearer {
-                    env: env.value,
-                    token,
-                },
+                Some(token) => UpstreamAuth::Bearer { env: env.value, token },
                 None => UpstreamAuth::None,
             },
             (None, Some(file)) => UpstreamAuth::TokenFile(self.expand_home(&file.value)),
             (None, None) => UpstreamAuth::None,
         };
 
-        let origin = u
-            .origin
-            .and_then(|o| match HeaderValue::from_str(&o.value) {
-                Ok(v) => Some(v),
-                Err(_) => {
-                    self.error(
-                        format!("{at}.origin"),
-                        Some(o.span),
-                        "expected a value usable as an HTTP header",
-                    );
-                    None
-                }
-            });
+        let origin = u.origin.and_then(|o| match HeaderValue::from_str(&o.value) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.error(format!("{at}.origin"), Some(o.span), "expected a value usable as an HTTP header");
+                None
+            }
+        });
         let headers = self.headers(at, u.headers.unwrap_or_default());
 
         let ca_bundle = u.ca_bundle_env.and_then(|name| {
@@ -544,10 +515,7 @@ impl Validator<'_> {
                 self.error(
                     format!("{at}.ca_bundle_env"),
                     Some(name.span),
-                    format!(
-                        "environment variable {:?} is not set (it should hold a CA bundle path)",
-                        name.value
-                    ),
+                    format!("environment variable {:?} is not set (it should hold a CA bundle path)", name.value),
                 );
             }
             value.map(PathBuf::from)
@@ -563,11 +531,7 @@ impl Validator<'_> {
             tls_verify: u.tls_verify.unwrap_or(true),
             ca_bundle,
             timeout: self.duration(&format!("{at}.timeout"), u.timeout, Duration::from_secs(30)),
-            ping_interval: self.duration(
-                &format!("{at}.ping_interval"),
-                u.ping_interval,
-                Duration::from_secs(45),
-            ),
+            ping_interval: self.duration(&format!("{at}.ping_interval"), u.ping_interval, Duration::from_secs(45)),
             probe_interval: self.duration(
                 &format!("{at}.probe_interval"),
                 u.probe_interval,
@@ -614,15 +578,9 @@ impl Validator<'_> {
                     }
                 }
                 match Url::parse(&url.value) {
-                    Ok(parsed)
-                        if matches!(parsed.scheme(), "http" | "https")
-                            && parsed.host().is_some() =>
-                    {
+                    Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
                         let use_sse = u.use_sse.as_ref().is_some_and(|s| s.value);
-                        Some(Endpoint::Http {
-                            url: parsed,
-                            use_sse,
-                        })
+                        Some(Endpoint::Http { url: parsed, use_sse })
                     }
                     _ => {
                         self.error(
@@ -636,17 +594,11 @@ impl Validator<'_> {
             }
             (None, Some(command)) => {
                 if command.value.trim().is_empty() {
-                    self.error(
-                        format!("{at}.command"),
-                        Some(command.span.clone()),
-                        "expected a program name or path",
-                    );
+                    self.error(format!("{at}.command"), Some(command.span.clone()), "expected a program name or path");
                     return None;
                 }
                 let mut env: Vec<(String, String)> = Vec::new();
-                for basic in [
-                    "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SHELL", "TERM",
-                ] {
+                for basic in ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SHELL", "TERM"] {
                     if let Some(value) = self.env.get(basic) {
                         env.push((basic.to_string(), value));
                     }
@@ -675,20 +627,10 @@ impl Validator<'_> {
         }
     }
 
-    fn headers(
-        &mut self,
-        at: &str,
-        raw: BTreeMap<String, Sp<String>>,
-    ) -> Vec<(HeaderName, HeaderValue)> {
+    fn headers(&mut self, at: &str, raw: BTreeMap<String, Sp<String>>) -> Vec<(HeaderName, HeaderValue)> {
         // Headers the gateway derives per hop; a static value would break sessions or leak auth.
-        const RESERVED: [&str; 6] = [
-            "mcp-session-id",
-            "mcp-protocol-version",
-            "mcp-method",
-            "mcp-name",
-            "content-type",
-            "accept",
-        ];
+        const RESERVED: [&str; 6] =
+            ["mcp-session-id", "mcp-protocol-version", "mcp-method", "mcp-name", "content-type", "accept"];
         let mut out = Vec::new();
         for (name, value) in raw {
             let path = format!("{at}.headers.{name}");
@@ -696,11 +638,7 @@ impl Validator<'_> {
             let parsed_value = HeaderValue::from_str(&value.value);
             match (parsed_name, parsed_value) {
                 (Ok(n), _) if RESERVED.contains(&n.as_str()) => {
-                    self.error(
-                        path,
-                        Some(value.span),
-                        "this header is set by the gateway itself",
-                    );
+                    self.error(path, Some(value.span), "this header is set by the gateway itself");
                 }
                 (Ok(n), Ok(v)) => out.push((n, v)),
                 (Err(_), _) => self.error(path, Some(value.span), "not a valid HTTP header name"),
@@ -714,30 +652,17 @@ impl Validator<'_> {
         match self.env.get(&name.value) {
             Some(v) if !v.trim().is_empty() => Some(Secret(v.trim().to_string())),
             Some(_) => {
-                self.error(
-                    path,
-                    Some(name.span.clone()),
-                    format!("environment variable {:?} is empty", name.value),
-                );
+                self.error(path, Some(name.span.clone()), format!("environment variable {:?} is empty", name.value));
                 None
             }
             None => {
-                self.error(
-                    path,
-                    Some(name.span.clone()),
-                    format!("environment variable {:?} is not set", name.value),
-                );
+                self.error(path, Some(name.span.clone()), format!("environment variable {:?} is not set", name.value));
                 None
             }
         }
     }
 
-    fn duration(
-        &mut self,
-        path: &str,
-        raw: Option<Sp<RawDuration>>,
-        default: Duration,
-    ) -> Duration {
+    fn duration(&mut self, path: &str, raw: Option<Sp<RawDuration>>, default: Duration) -> Duration {
         let Some(raw) = raw else { return default };
         match raw.value.to_duration() {
             Ok(d) if !d.is_zero() => d,
@@ -764,13 +689,8 @@ fn namespace_problem(ns: &str, separator: &str) -> Option<String> {
     if ns.is_empty() || ns.len() > 48 {
         return Some("expected 1-48 characters".into());
     }
-    if !ns
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        return Some(format!(
-            "expected only letters, digits, '_' and '-', got {ns:?}"
-        ));
+    if !ns.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Some(format!("expected only letters, digits, '_' and '-', got {ns:?}"));
     }
     if ns.contains(separator) {
         return Some(format!(
@@ -779,33 +699,22 @@ fn namespace_problem(ns: &str, separator: &str) -> Option<String> {
     }
     // `a_` + `__` + `b` would read back as namespace `a`: the split must be unambiguous.
     if ns.ends_with(|c| separator.contains(c)) {
-        return Some(format!(
-            "namespace {ns:?} ends with a character of the separator {separator:?}"
-        ));
+        return Some(format!("namespace {ns:?} ends with a character of the separator {separator:?}"));
     }
     if ns == RESERVED_NAMESPACE {
-        return Some(format!(
-            "namespace {RESERVED_NAMESPACE:?} is reserved for Gatehouse's own tools"
-        ));
+        return Some(format!("namespace {RESERVED_NAMESPACE:?} is reserved for Gatehouse's own tools"));
     }
     None
 }
 
 pub fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// 1-based line of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|b| **b == b'\n')
-        .count()
-        + 1
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
 #[cfg(test)]
@@ -819,9 +728,7 @@ pub fn plan(config: &Config, path: &Path) -> String {
     let _ = writeln!(out, "config: {} (valid)", path.display());
     let _ = writeln!(out, "listen: http://{}:{}{}", g.host, g.port, g.path);
     let auth = match &g.auth {
-        InboundAuth::Disabled { .. } => {
-            "disabled (auth_disabled = true; local development only)".to_string()
-        }
+        InboundAuth::Disabled { .. } => "disabled (auth_disabled = true; local development only)".to_string(),
         InboundAuth::Bearer { env, .. } => format!("bearer token from ${env}"),
     };
     let _ = writeln!(out, "auth: {auth}");
@@ -833,11 +740,7 @@ pub fn plan(config: &Config, path: &Path) -> String {
     let _ = writeln!(
         out,
         "names: prefix_mode = {mode} ({}), separator {:?}",
-        if config.prefixed() {
-            "prefixed"
-        } else {
-            "bare"
-        },
+        if config.prefixed() { "prefixed" } else { "bare" },
         g.separator
     );
     let _ = writeln!(out, "catalog refresh: every {:?}", g.manifest_ttl);
@@ -866,21 +769,9 @@ pub fn plan(config: &Config, path: &Path) -> String {
             "  - {:<12} {target}  ({auth}; timeout {:?}{})",
             u.namespace,
             u.timeout,
-            if u.tls_verify {
-                ""
-            } else {
-                "; TLS NOT VERIFIED"
-            }
+            if u.tls_verify { "" } else { "; TLS NOT VERIFIED" }
         );
     }
-    let _ = writeln!(
-        out,
-        "search index: {}",
-        if config.rag.enabled {
-            "enabled"
-        } else {
-            "disabled"
-        }
-    );
+    let _ = writeln!(out, "search index: {}", if config.rag.enabled { "enabled" } else { "disabled" });
     out
 }

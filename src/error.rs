@@ -151,9 +151,7 @@ impl GatewayError {
             Self::HeaderMismatch(_) => "header_mismatch",
             Self::MissingCapability { .. } => "missing_capability",
             Self::OriginForbidden | Self::HostForbidden => "forbidden",
-            Self::NotAcceptable(_) | Self::UnsupportedMediaType | Self::HttpMethodNotAllowed => {
-                "invalid_request"
-            }
+            Self::NotAcceptable(_) | Self::UnsupportedMediaType | Self::HttpMethodNotAllowed => "invalid_request",
             Self::PayloadTooLarge => "payload_too_large",
             Self::SessionRequired | Self::SessionNotFound => "session_not_found",
             Self::Unauthenticated => "unauthenticated",
@@ -205,9 +203,7 @@ impl GatewayError {
     /// 2026-07-28 envelope fault get the 4xx the specs name.
     pub fn http_status(&self, era: WireEra) -> StatusCode {
         match self {
-            Self::Parse | Self::InvalidRequest(_) | Self::BatchNotSupported(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::Parse | Self::InvalidRequest(_) | Self::BatchNotSupported(_) => StatusCode::BAD_REQUEST,
             Self::MethodNotFound => match era {
                 WireEra::Legacy => StatusCode::OK,
                 WireEra::Modern => StatusCode::NOT_FOUND,
@@ -249,10 +245,9 @@ impl GatewayError {
             Self::UnknownTool { name } => format!("Unknown tool: {}", printable(name)),
             Self::UnknownPrompt { name } => format!("Unknown prompt: {}", printable(name)),
             Self::ResourceNotFound { .. } => "Resource not found".into(),
-            Self::UnsupportedProtocolVersion { .. } => format!(
-                "Unsupported protocol version (supported versions: {})",
-                SUPPORTED_VERSIONS.join(", ")
-            ),
+            Self::UnsupportedProtocolVersion { .. } => {
+                format!("Unsupported protocol version (supported versions: {})", SUPPORTED_VERSIONS.join(", "))
+            }
             Self::HeaderMismatch(header) => {
                 format!("Header mismatch: {header} does not match the request body")
             }
@@ -262,9 +257,7 @@ impl GatewayError {
             Self::OriginForbidden => "Forbidden: Origin not allowed".into(),
             Self::HostForbidden => "Forbidden: Host not allowed".into(),
             Self::NotAcceptable(what) => format!("Not Acceptable: Accept must allow {what}"),
-            Self::UnsupportedMediaType => {
-                "Unsupported Media Type: Content-Type must be application/json".into()
-            }
+            Self::UnsupportedMediaType => "Unsupported Media Type: Content-Type must be application/json".into(),
             Self::PayloadTooLarge => "Payload Too Large: request body exceeds the limit".into(),
             Self::SessionRequired => "Bad Request: Mcp-Session-Id header is required".into(),
             Self::SessionNotFound => "Session not found".into(),
@@ -285,9 +278,7 @@ impl GatewayError {
     pub fn public_data(&self) -> Value {
         let mut data = json!({ "_meta": { "gatehouse/error": self.class() } });
         match self {
-            Self::InvalidParams(field) | Self::InvalidEnvelope(field) => {
-                data["field"] = json!(field.path)
-            }
+            Self::InvalidParams(field) | Self::InvalidEnvelope(field) => data["field"] = json!(field.path),
             Self::UpstreamUnavailable { namespace, .. }
             | Self::UpstreamError { namespace, .. }
             | Self::DeadlineExceeded { namespace } => data["upstream"] = json!(namespace),
@@ -296,9 +287,7 @@ impl GatewayError {
                 data["requested"] = json!(printable(requested));
             }
             Self::HeaderMismatch(header) => data["header"] = json!(header),
-            Self::ResourceNotFound { uri } if !uri.is_empty() => {
-                data["uri"] = json!(printable(uri))
-            }
+            Self::ResourceNotFound { uri } if !uri.is_empty() => data["uri"] = json!(printable(uri)),
             Self::MissingCapability { required } => data["requiredCapabilities"] = required.clone(),
             Self::Parse
             | Self::InvalidRequest(_)

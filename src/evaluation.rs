@@ -149,7 +149,11 @@ impl Run {
     pub fn report(&self, ranker: &str) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "ranker: {ranker}");
-        let _ = writeln!(out, "{:<26} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>8}", "queries", "n", "R@1", "R@5", "R@10", "C@10", "MRR@20", "nDCG@10");
+        let _ = writeln!(
+            out,
+            "{:<26} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>8}",
+            "queries", "n", "R@1", "R@5", "R@10", "C@10", "MRR@20", "nDCG@10"
+        );
         for (label, split) in [("test half", Some(Split::Test)), ("all", None)] {
             for (part, live) in [("synthetic", Some(false)), ("live", Some(true)), ("all", None)] {
                 let s = self.summary(live, split);
@@ -180,7 +184,13 @@ pub fn run_lexical(tools: &[ToolRecord], queries: &[QueryRecord]) -> Run {
 pub fn run_lexical_weighted(tools: &[ToolRecord], queries: &[QueryRecord], weights: &ranking::Weights) -> Run {
     let documents: Vec<_> = tools
         .iter()
-        .map(|t| ranking::tool_document_weighted(&t.definition, t.definition.get("server").and_then(Value::as_str).unwrap_or_default(), weights))
+        .map(|t| {
+            ranking::tool_document_weighted(
+                &t.definition,
+                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
+                weights,
+            )
+        })
         .collect();
     let ranker = Lexical::new(&documents);
     let per_query = queries
@@ -250,7 +260,14 @@ pub fn tune_weights(tools: &[ToolRecord], queries: &[QueryRecord]) -> String {
         for description in [1.0, 1.5] {
             for parameter_names in [0.5, 1.0, 1.5] {
                 for parameter_descriptions in [0.25, 0.5, 1.0] {
-                    let w = ranking::Weights { name, title: 2.0, description, parameter_names, parameter_descriptions, namespace: 1.0 };
+                    let w = ranking::Weights {
+                        name,
+                        title: 2.0,
+                        description,
+                        parameter_names,
+                        parameter_descriptions,
+                        namespace: 1.0,
+                    };
                     let run = run_lexical_weighted(tools, &tune_owned, &w);
                     let s = run.summary(None, None).mean;
                     results.push((s.ndcg_10 + s.recall_5, format!("name {name} desc {description} pnames {parameter_names} pdesc {parameter_descriptions}: R@5 {:.1} nDCG@10 {:.1}", s.recall_5 * 100.0, s.ndcg_10 * 100.0)));

@@ -24,10 +24,7 @@ pub enum StartError {
     #[error("upstream {namespace}: {reason}")]
     Upstream { namespace: String, reason: String },
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
+    Bind { addr: String, source: std::io::Error },
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -48,38 +45,20 @@ impl Gateway {
             .map(|(i, u)| {
                 Upstream::new(i, u.clone(), max_response, metrics.clone())
                     .map(Arc::new)
-                    .map_err(|reason| StartError::Upstream {
-                        namespace: u.namespace.clone(),
-                        reason,
-                    })
+                    .map_err(|reason| StartError::Upstream { namespace: u.namespace.clone(), reason })
             })
             .collect::<Result<_, _>>()?;
         let upstreams: Arc<[Arc<Upstream>]> = upstreams.into();
         let namer = Namer::new(&config.gateway.separator, config.prefixed());
-        let catalog = Arc::new(Catalog::new(
-            namer,
-            config
-                .upstreams
-                .iter()
-                .map(|u| u.namespace.clone())
-                .collect(),
-        ));
+        let catalog = Arc::new(Catalog::new(namer, config.upstreams.iter().map(|u| u.namespace.clone()).collect()));
 
         let mut first_loads = Vec::new();
         for upstream in upstreams.iter() {
             let (tx, rx) = watch::channel(false);
             first_loads.push(rx);
             // The catalog is never staler than manifest_ttl, nor probed less than probe_interval.
-            let refresh = config
-                .gateway
-                .manifest_ttl
-                .min(upstream.config.probe_interval);
-            tokio::spawn(upstream::supervise(
-                upstream.clone(),
-                catalog.clone(),
-                refresh,
-                tx,
-            ));
+            let refresh = config.gateway.manifest_ttl.min(upstream.config.probe_interval);
+            tokio::spawn(upstream::supervise(upstream.clone(), catalog.clone(), refresh, tx));
         }
         // Ended agent sessions close their per-client upstream sessions.
         let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<Arc<str>>();
@@ -91,14 +70,7 @@ impl Gateway {
                 }
             }
         });
-        let front = Arc::new(Front::new(
-            config,
-            catalog,
-            upstreams,
-            first_loads,
-            metrics,
-            ended_tx,
-        ));
+        let front = Arc::new(Front::new(config, catalog, upstreams, first_loads, metrics, ended_tx));
         tokio::spawn(front::fan_out_list_changed(front.clone()));
         let sweeper = front.clone();
         tokio::spawn(async move {
@@ -147,9 +119,7 @@ impl Gateway {
     }
 
     pub async fn serve_stdio(&self) -> Result<(), StartError> {
-        let served = front::stdio::serve(self.front.clone(), Principal::new("stdio"))
-            .await
-            .map_err(StartError::Serve);
+        let served = front::stdio::serve(self.front.clone(), Principal::new("stdio")).await.map_err(StartError::Serve);
         self.stop_upstreams().await;
         served
     }
@@ -164,15 +134,8 @@ impl Gateway {
 /// Binds the configured address.
 pub async fn bind(config: &Config) -> Result<(TcpListener, SocketAddr), StartError> {
     let addr = format!("{}:{}", config.gateway.host, config.gateway.port);
-    let listener = TcpListener::bind(&addr)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr, source })?;
+    let listener = TcpListener::bind(&addr).await.map_err(|source| StartError::Bind { addr: addr.clone(), source })?;
+    let local = listener.local_addr().map_err(|source| StartError::Bind { addr, source })?;
     Ok((listener, local))
 }
 

@@ -8,6 +8,7 @@
 //! - [`evaluation`]: retrieval-quality benchmark over a tool catalog and gold queries.
 //! - [`ranking`]: which tools fit a task (BM25 over weighted tool fields).
 //! - [`catalog`]: aggregation, reversible namespacing, fingerprints, routing table.
+//! - [`gate`]: the manifest an agent sees — byte-stable core plus task tail, session tails.
 //! - [`pipeline`]: `Pipeline::call_tool`, the ordered stages every tool call goes through.
 //! - [`front`]: the agent-facing MCP server (Streamable HTTP both eras, stdio) and ops endpoints.
 //! - [`telemetry`]: logging setup and the Prometheus registry.
@@ -18,6 +19,7 @@ pub mod config;
 pub mod error;
 pub mod evaluation;
 pub mod front;
+pub mod gate;
 pub mod gateway;
 pub mod pipeline;
 pub mod protocol;

@@ -9,11 +9,7 @@ use gatehouse::config::{Config, Env};
 use gatehouse::{gateway, telemetry};
 
 #[derive(Parser)]
-#[command(
-    name = "gatehouse",
-    version,
-    about = "An MCP gateway: routes, gates and guards tool calls"
-)]
+#[command(name = "gatehouse", version, about = "An MCP gateway: routes, gates and guards tool calls")]
 struct Cli {
     /// Config file [env: GATEHOUSE_CONFIG, then PANDA_GATEWAY_CONFIG]
     #[arg(long, global = true)]
@@ -71,9 +67,7 @@ fn main() -> ExitCode {
         };
     }
     let path = cli.config.clone().or_else(|| {
-        ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"]
-            .iter()
-            .find_map(|k| std::env::var_os(k).map(PathBuf::from))
+        ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"].iter().find_map(|k| std::env::var_os(k).map(PathBuf::from))
     });
     let Some(path) = path else {
         eprintln!("gatehouse: no config file: pass --config PATH or set GATEHOUSE_CONFIG");
@@ -105,10 +99,7 @@ fn main() -> ExitCode {
 
 fn serve(config: Config, stdio: bool) -> Result<()> {
     telemetry::init_logging(config.gateway.log_format);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
         let gateway = gateway::Gateway::start(&config)?;
         if stdio {

@@ -50,9 +50,7 @@ impl Pipeline {
         let snapshot = self.catalog.snapshot();
         match snapshot.tool(name) {
             Ok(tool) => Ok(tool.route.clone()),
-            Err(miss) => Err(miss_error(miss, || GatewayError::UnknownTool {
-                name: name.to_string(),
-            })),
+            Err(miss) => Err(miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() })),
         }
     }
 
@@ -65,10 +63,7 @@ impl Pipeline {
         via: Via<'_>,
     ) -> Result<Box<RawValue>, GatewayError> {
         let upstream = &self.upstreams[route.upstream];
-        upstream
-            .request(method, params, via)
-            .await
-            .map_err(|e| upstream_error(&route.namespace, e))
+        upstream.request(method, params, via).await.map_err(|e| upstream_error(&route.namespace, e))
     }
 }
 
@@ -76,10 +71,7 @@ impl Pipeline {
 pub fn miss_error(miss: Miss, unknown: impl FnOnce() -> GatewayError) -> GatewayError {
     match miss {
         Miss::Unknown => unknown(),
-        Miss::Down(namespace) => GatewayError::UpstreamUnavailable {
-            namespace: namespace.to_string(),
-            source: None,
-        },
+        Miss::Down(namespace) => GatewayError::UpstreamUnavailable { namespace: namespace.to_string(), source: None },
     }
 }
 
@@ -92,33 +84,23 @@ fn upstream_error(namespace: &str, e: UpstreamError) -> GatewayError {
         UpstreamError::Connect(_)
         | UpstreamError::TokenFile { .. }
         | UpstreamError::Spawn(_)
-        | UpstreamError::Exited => GatewayError::UpstreamUnavailable {
-            namespace,
-            source: Some(Box::new(e)),
-        },
+        | UpstreamError::Exited => GatewayError::UpstreamUnavailable { namespace, source: Some(Box::new(e)) },
         UpstreamError::Timeout(_) => GatewayError::DeadlineExceeded { namespace },
         UpstreamError::Rpc { code: -32602, .. } => GatewayError::InvalidParams(FieldError {
             path: "params".into(),
             rule: format!("rejected by upstream {namespace}"),
         }),
         UpstreamError::Rpc { code: -32601, .. } => GatewayError::MethodNotFound,
-        UpstreamError::Rpc {
-            code: -32021, data, ..
-        } => GatewayError::MissingCapability {
+        UpstreamError::Rpc { code: -32021, data, .. } => GatewayError::MissingCapability {
             required: known_capabilities(data.as_ref().and_then(|d| d.get("requiredCapabilities"))),
         },
-        UpstreamError::Rpc { code: -32002, .. } => {
-            GatewayError::ResourceNotFound { uri: String::new() }
-        }
+        UpstreamError::Rpc { code: -32002, .. } => GatewayError::ResourceNotFound { uri: String::new() },
         UpstreamError::Rpc { .. }
         | UpstreamError::Status(_)
         | UpstreamError::SessionExpired
         | UpstreamError::Unauthorized
         | UpstreamError::TooLarge(_)
-        | UpstreamError::Protocol(_) => GatewayError::UpstreamError {
-            namespace,
-            source: Some(Box::new(e)),
-        },
+        | UpstreamError::Protocol(_) => GatewayError::UpstreamError { namespace, source: Some(Box::new(e)) },
     }
 }
 
@@ -135,9 +117,7 @@ fn known_capabilities(required: Option<&Value>) -> Value {
                     ("extensions", Some(ext)) => Value::Object(
                         ext.keys()
                             .filter(|k| {
-                                k.len() <= 128
-                                    && k.chars()
-                                        .all(|c| c.is_ascii_alphanumeric() || "./-_".contains(c))
+                                k.len() <= 128 && k.chars().all(|c| c.is_ascii_alphanumeric() || "./-_".contains(c))
                             })
                             .map(|k| (k.clone(), json!({})))
                             .collect(),

@@ -6,14 +6,7 @@ use sha2::{Digest, Sha256};
 
 /// The parts of a tool definition that make its contract (SPEC §3). `_meta`, icons and other
 /// presentation fields are left out on purpose: they may change without changing behaviour.
-const CONTRACT_FIELDS: [&str; 6] = [
-    "name",
-    "title",
-    "description",
-    "inputSchema",
-    "outputSchema",
-    "annotations",
-];
+const CONTRACT_FIELDS: [&str; 6] = ["name", "title", "description", "inputSchema", "outputSchema", "annotations"];
 
 /// Largest integer JSON can carry without loss in every peer (IEEE-754 double).
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
@@ -32,17 +25,11 @@ pub fn tool_fingerprint(tool: &Value) -> String {
     }
     let contract = Value::Object(contract);
     if has_unsafe_integer(&contract) {
-        return format!(
-            "unsafe-integer:{}",
-            hex::encode(Sha256::digest(contract.to_string()))
-        );
+        return format!("unsafe-integer:{}", hex::encode(Sha256::digest(contract.to_string())));
     }
     match serde_json_canonicalizer::to_vec(&contract) {
         Ok(bytes) => hex::encode(Sha256::digest(&bytes)),
-        Err(_) => format!(
-            "uncanonical:{}",
-            hex::encode(Sha256::digest(contract.to_string()))
-        ),
+        Err(_) => format!("uncanonical:{}", hex::encode(Sha256::digest(contract.to_string()))),
     }
 }
 
@@ -63,8 +50,7 @@ fn has_unsafe_integer(v: &Value) -> bool {
     match v {
         Value::Number(n) => {
             n.as_u64().is_some_and(|u| u > MAX_SAFE_INTEGER)
-                || n.as_i64()
-                    .is_some_and(|i| i.unsigned_abs() > MAX_SAFE_INTEGER)
+                || n.as_i64().is_some_and(|i| i.unsigned_abs() > MAX_SAFE_INTEGER)
         }
         Value::Array(items) => items.iter().any(has_unsafe_integer),
         Value::Object(map) => map.values().any(has_unsafe_integer),
@@ -79,12 +65,8 @@ mod tests {
 
     #[test]
     fn key_order_and_number_spelling_do_not_matter() {
-        let a: Value =
-            serde_json::from_str(r#"{"name":"t","inputSchema":{"type":"object","maximum":1.0}}"#)
-                .unwrap();
-        let b: Value =
-            serde_json::from_str(r#"{"inputSchema":{"maximum":1,"type":"object"},"name":"t"}"#)
-                .unwrap();
+        let a: Value = serde_json::from_str(r#"{"name":"t","inputSchema":{"type":"object","maximum":1.0}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"inputSchema":{"maximum":1,"type":"object"},"name":"t"}"#).unwrap();
         assert_eq!(tool_fingerprint(&a), tool_fingerprint(&b));
     }
 
@@ -113,10 +95,7 @@ mod tests {
 
     #[test]
     fn namespace_fingerprint_ignores_listing_order() {
-        assert_eq!(
-            combine(vec![("a", "1"), ("b", "2")]),
-            combine(vec![("b", "2"), ("a", "1")])
-        );
+        assert_eq!(combine(vec![("a", "1"), ("b", "2")]), combine(vec![("b", "2"), ("a", "1")]));
         assert_ne!(combine(vec![("a", "1")]), combine(vec![("a", "2")]));
     }
 }

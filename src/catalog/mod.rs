@@ -95,9 +95,7 @@ impl Snapshot {
     }
 
     pub fn prompt(&self, exposed: &str) -> Result<&Route, Miss> {
-        self.prompts
-            .get(exposed)
-            .ok_or_else(|| self.miss(self.namer.namespace_of(exposed)))
+        self.prompts.get(exposed).ok_or_else(|| self.miss(self.namer.namespace_of(exposed)))
     }
 
     /// Routes a resource URI: `ns+uri` when prefixed; otherwise an exact listed URI, then the
@@ -121,19 +119,13 @@ impl Snapshot {
             .filter(|(_, _, prefix)| exposed.starts_with(prefix.as_str()))
             .max_by_key(|(_, _, prefix)| prefix.len());
         if let Some((upstream, ns, _)) = by_template {
-            return Ok(Route {
-                upstream: *upstream,
-                namespace: ns.clone(),
-                name: exposed.into(),
-            });
+            return Ok(Route { upstream: *upstream, namespace: ns.clone(), name: exposed.into() });
         }
         let up: Vec<&Route> = self.namespace_routes().collect();
         match up.as_slice() {
-            [only] if self.down.is_empty() => Ok(Route {
-                upstream: only.upstream,
-                namespace: only.namespace.clone(),
-                name: exposed.into(),
-            }),
+            [only] if self.down.is_empty() => {
+                Ok(Route { upstream: only.upstream, namespace: only.namespace.clone(), name: exposed.into() })
+            }
             _ => Err(self.miss(None)),
         }
     }
@@ -181,12 +173,7 @@ impl Catalog {
         let parts = vec![None; namespaces.len()];
         let first = build(&namer, &namespaces, &parts, 0);
         let (tx, _) = watch::channel(Arc::new(first));
-        Self {
-            namer,
-            namespaces,
-            listings: Mutex::new(parts),
-            tx,
-        }
+        Self { namer, namespaces, listings: Mutex::new(parts), tx }
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -207,17 +194,9 @@ impl Catalog {
         let mut parts = self.listings.lock().expect("catalog lock poisoned");
         let fingerprint = listing.as_ref().map(|l| {
             let fps: Vec<String> = l.tools.iter().map(fingerprint::tool_fingerprint).collect();
-            let names: Vec<&str> = l
-                .tools
-                .iter()
-                .map(|t| t.get("name").and_then(Value::as_str).unwrap_or(""))
-                .collect();
-            fingerprint::combine(
-                names
-                    .into_iter()
-                    .zip(fps.iter().map(String::as_str))
-                    .collect(),
-            )
+            let names: Vec<&str> =
+                l.tools.iter().map(|t| t.get("name").and_then(Value::as_str).unwrap_or("")).collect();
+            fingerprint::combine(names.into_iter().zip(fps.iter().map(String::as_str)).collect())
         });
         let next = listing.map(|l| (l, fingerprint.clone().unwrap_or_default()));
         if parts[upstream] == next {
@@ -234,12 +213,7 @@ impl Catalog {
     }
 }
 
-fn build(
-    namer: &Namer,
-    namespaces: &[Arc<str>],
-    parts: &[Option<(Listing, String)>],
-    version: u64,
-) -> Snapshot {
+fn build(namer: &Namer, namespaces: &[Arc<str>], parts: &[Option<(Listing, String)>], version: u64) -> Snapshot {
     let mut tools: Vec<Tool> = Vec::new();
     let mut prompts: BTreeMap<String, (Route, Value)> = BTreeMap::new();
     let mut resources: BTreeMap<String, (Route, Value)> = BTreeMap::new();
@@ -257,11 +231,7 @@ fn build(
             continue;
         };
         fingerprints.insert(ns.clone(), fp.clone());
-        let route = |name: &str| Route {
-            upstream,
-            namespace: ns.clone(),
-            name: name.into(),
-        };
+        let route = |name: &str| Route { upstream, namespace: ns.clone(), name: name.into() };
         namespace_index.insert(ns.clone(), route(""));
 
         for def in &listing.tools {
@@ -321,11 +291,7 @@ fn build(
 
     // Canonical order (by exposed name) so the bytes never depend on upstream timing.
     tools.sort_by(|a, b| a.exposed.cmp(&b.exposed));
-    let tool_index = tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.exposed.clone(), i))
-        .collect();
+    let tool_index = tools.iter().enumerate().map(|(i, t)| (t.exposed.clone(), i)).collect();
     let tools_json = to_raw(tools.iter().map(|t| &*t.definition));
     let prompts_json = to_raw(prompts.values().map(|(_, d)| d));
     let resources_json = to_raw(resources.values().map(|(_, d)| d));
@@ -372,9 +338,7 @@ impl JsonArray {
 
 fn to_raw<'a>(items: impl Iterator<Item = &'a Value>) -> JsonArray {
     let values: Vec<&Value> = items.collect();
-    JsonArray(Bytes::from(
-        serde_json::to_vec(&values).expect("JSON values serialise"),
-    ))
+    JsonArray(Bytes::from(serde_json::to_vec(&values).expect("JSON values serialise")))
 }
 
 fn hash64(text: &str) -> u64 {

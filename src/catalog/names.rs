@@ -18,10 +18,7 @@ pub struct Namer {
 
 impl Namer {
     pub fn new(separator: &str, prefixed: bool) -> Self {
-        Self {
-            separator: separator.to_string(),
-            prefixed,
-        }
+        Self { separator: separator.to_string(), prefixed }
     }
 
     pub fn separator(&self) -> &str {
@@ -34,16 +31,8 @@ impl Namer {
 
     /// The name an agent sees for an upstream tool or prompt.
     pub fn expose(&self, namespace: &str, name: &str) -> String {
-        let full = if self.prefixed {
-            format!("{namespace}{}{name}", self.separator)
-        } else {
-            name.to_string()
-        };
-        if self.is_safe(&full) {
-            full
-        } else {
-            self.shorten(&full)
-        }
+        let full = if self.prefixed { format!("{namespace}{}{name}", self.separator) } else { name.to_string() };
+        if self.is_safe(&full) { full } else { self.shorten(&full) }
     }
 
     /// The namespace a prefixed exposed name claims (used to tell "unknown" from "upstream down").
@@ -51,18 +40,14 @@ impl Namer {
         if !self.prefixed {
             return None;
         }
-        exposed
-            .split_once(self.separator.as_str())
-            .map(|(ns, _)| ns)
+        exposed.split_once(self.separator.as_str()).map(|(ns, _)| ns)
     }
 
     /// The separator itself is allowed even when it is `.`: the operator chose it.
     fn is_safe(&self, name: &str) -> bool {
         !name.is_empty()
             && name.len() <= MAX_NAME_LEN
-            && name.chars().all(|c| {
-                c.is_ascii_alphanumeric() || c == '_' || c == '-' || self.separator.contains(c)
-            })
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || self.separator.contains(c))
     }
 
     fn shorten(&self, full: &str) -> String {
@@ -70,13 +55,7 @@ impl Namer {
         let keep = MAX_NAME_LEN - HASH_HEX - 1;
         let mut out: String = full
             .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || self.separator.contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || self.separator.contains(c) { c } else { '_' })
             .take(keep)
             .collect();
         out.push('_');
@@ -88,11 +67,7 @@ impl Namer {
 /// Resource URIs are namespaced as `<namespace>+<uri>`: still a valid URI (the scheme grammar
 /// allows `+`), and reversible by splitting at the first `+` since namespaces cannot hold one.
 pub fn expose_uri(namespace: &str, uri: &str, prefixed: bool) -> String {
-    if prefixed {
-        format!("{namespace}+{uri}")
-    } else {
-        uri.to_string()
-    }
+    if prefixed { format!("{namespace}+{uri}") } else { uri.to_string() }
 }
 
 pub fn split_uri(exposed: &str) -> Option<(&str, &str)> {
@@ -106,14 +81,8 @@ mod tests {
     #[test]
     fn safe_names_are_prefixed_verbatim() {
         let namer = Namer::new("__", true);
-        assert_eq!(
-            namer.expose("bamboo", "bamboo_answer"),
-            "bamboo__bamboo_answer"
-        );
-        assert_eq!(
-            Namer::new(".", true).expose("panda", "kill_task"),
-            "panda.kill_task"
-        );
+        assert_eq!(namer.expose("bamboo", "bamboo_answer"), "bamboo__bamboo_answer");
+        assert_eq!(Namer::new(".", true).expose("panda", "kill_task"), "panda.kill_task");
         assert_eq!(Namer::new("__", false).expose("bamboo", "echo"), "echo");
     }
 
@@ -121,17 +90,10 @@ mod tests {
     fn dotted_names_are_shortened_stably_and_keep_their_namespace() {
         let namer = Namer::new("__", true);
         let a = namer.expose("math", "math.factorial");
-        assert_eq!(
-            a,
-            namer.expose("math", "math.factorial"),
-            "stable across calls"
-        );
+        assert_eq!(a, namer.expose("math", "math.factorial"), "stable across calls");
         assert!(a.starts_with("math__math_factorial_"), "{a}");
         assert_eq!(namer.namespace_of(&a), Some("math"));
-        assert!(
-            a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        );
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
     }
 
     #[test]

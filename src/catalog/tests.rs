@@ -6,10 +6,7 @@ use super::*;
 // ---- helpers ------------------------------------------------------------------------------------
 
 fn catalog(prefixed: bool, namespaces: &[&str]) -> Catalog {
-    Catalog::new(
-        Namer::new("__", prefixed),
-        namespaces.iter().map(|n| n.to_string()).collect(),
-    )
+    Catalog::new(Namer::new("__", prefixed), namespaces.iter().map(|n| n.to_string()).collect())
 }
 
 fn tool(name: &str, description: &str) -> Value {
@@ -21,13 +18,7 @@ fn tool(name: &str, description: &str) -> Value {
 }
 
 fn tools(names: &[&str]) -> Listing {
-    Listing {
-        tools: names
-            .iter()
-            .map(|n| tool(n, &format!("the {n} tool")))
-            .collect(),
-        ..Listing::default()
-    }
+    Listing { tools: names.iter().map(|n| tool(n, &format!("the {n} tool"))).collect(), ..Listing::default() }
 }
 
 fn exposed_names(snapshot: &Snapshot) -> Vec<&str> {
@@ -36,10 +27,7 @@ fn exposed_names(snapshot: &Snapshot) -> Vec<&str> {
 
 fn json_names(raw: &JsonArray, key: &str) -> Vec<String> {
     let items: Vec<Value> = serde_json::from_str(raw.get()).expect("a JSON array");
-    items
-        .iter()
-        .map(|t| t[key].as_str().expect("a string").to_string())
-        .collect()
+    items.iter().map(|t| t[key].as_str().expect("a string").to_string()).collect()
 }
 
 /// alpha offers tools, a prompt, a resource and a template; beta offers tools only.
@@ -81,14 +69,8 @@ fn exposed_names_are_prefixed_and_sorted_whatever_the_upstream_order() {
     assert_eq!(&*add.route.name, "add");
 
     assert_eq!(json_names(&snapshot.prompts_json, "name"), ["alpha__greet"]);
-    assert_eq!(
-        json_names(&snapshot.resources_json, "uri"),
-        ["alpha+file:///notes.txt"]
-    );
-    assert_eq!(
-        json_names(&snapshot.templates_json, "uriTemplate"),
-        ["alpha+db://rows/{id}"]
-    );
+    assert_eq!(json_names(&snapshot.resources_json, "uri"), ["alpha+file:///notes.txt"]);
+    assert_eq!(json_names(&snapshot.templates_json, "uriTemplate"), ["alpha+db://rows/{id}"]);
 }
 
 #[test]
@@ -132,11 +114,7 @@ fn unsafe_upstream_names_are_exposed_safely_and_route_back() {
 fn items_without_a_name_are_skipped() {
     let catalog = catalog(true, &["alpha"]);
     let listing = Listing {
-        tools: vec![
-            json!({ "description": "nameless" }),
-            json!({ "name": 7 }),
-            tool("ok", ""),
-        ],
+        tools: vec![json!({ "description": "nameless" }), json!({ "name": 7 }), tool("ok", "")],
         prompts: vec![json!({ "description": "nameless" })],
         resources: vec![json!({ "name": "no uri" })],
         templates: vec![json!({ "name": "no template" })],
@@ -167,10 +145,7 @@ fn an_identical_listing_does_not_rebuild_the_snapshot() {
     assert_eq!(second, first, "same fingerprint");
     let after_second = catalog.snapshot();
     assert_eq!(after_second.version, 1);
-    assert!(
-        Arc::ptr_eq(&after_first, &after_second),
-        "the same snapshot"
-    );
+    assert!(Arc::ptr_eq(&after_first, &after_second), "the same snapshot");
     assert!(!rx.has_changed().expect("sender alive"), "no wake-up");
 
     let mut changed = alpha_listing();
@@ -217,9 +192,7 @@ fn view_hashes_change_only_for_the_kind_that_changed() {
     assert_ne!(h.prompts, base.prompts);
 
     let mut resources_changed = alpha_listing();
-    resources_changed
-        .resources
-        .push(json!({ "uri": "file:///more.txt", "name": "more" }));
+    resources_changed.resources.push(json!({ "uri": "file:///more.txt", "name": "more" }));
     catalog.update(0, Some(resources_changed));
     let h = catalog.snapshot().view_hashes;
     assert_eq!(h.tools, base.tools);
@@ -236,29 +209,20 @@ fn view_hashes_change_only_for_the_kind_that_changed() {
     assert_eq!(h.prompts, base.prompts);
 
     catalog.update(0, Some(alpha_listing()));
-    assert_eq!(
-        catalog.snapshot().view_hashes,
-        base,
-        "back to the same view"
-    );
+    assert_eq!(catalog.snapshot().view_hashes, base, "back to the same view");
 }
 
 #[test]
 fn a_meta_only_change_keeps_the_fingerprint_but_updates_the_listing() {
     let catalog = catalog(true, &["alpha"]);
-    let before = catalog
-        .update(0, Some(tools(&["echo"])))
-        .expect("a fingerprint");
+    let before = catalog.update(0, Some(tools(&["echo"]))).expect("a fingerprint");
     let mut with_meta = tools(&["echo"]);
     with_meta.tools[0]["_meta"] = json!({ "ui": "compact" });
     let after = catalog.update(0, Some(with_meta)).expect("a fingerprint");
     assert_eq!(before, after, "_meta is not part of the contract");
     let snapshot = catalog.snapshot();
     assert_eq!(snapshot.version, 2, "but agents see the new definition");
-    assert_eq!(
-        snapshot.tool("alpha__echo").expect("routed").definition["_meta"],
-        json!({ "ui": "compact" })
-    );
+    assert_eq!(snapshot.tool("alpha__echo").expect("routed").definition["_meta"], json!({ "ui": "compact" }));
 }
 
 // ---- up and down --------------------------------------------------------------------------------
@@ -273,14 +237,8 @@ fn a_down_upstream_loses_its_tools_and_its_names_say_down() {
     assert_eq!(catalog.update(1, None), None, "no fingerprint when down");
     let snapshot = catalog.snapshot();
     assert_eq!(exposed_names(&snapshot), ["alpha__echo", "alpha__zeta"]);
-    assert_eq!(
-        json_names(&snapshot.tools_json, "name"),
-        ["alpha__echo", "alpha__zeta"]
-    );
-    assert_eq!(
-        snapshot.tool("beta__add").unwrap_err(),
-        Miss::Down("beta".into())
-    );
+    assert_eq!(json_names(&snapshot.tools_json, "name"), ["alpha__echo", "alpha__zeta"]);
+    assert_eq!(snapshot.tool("beta__add").unwrap_err(), Miss::Down("beta".into()));
     assert_eq!(
         snapshot.tool("beta__never_existed").unwrap_err(),
         Miss::Down("beta".into()),
@@ -304,25 +262,15 @@ fn before_any_listing_every_namespace_is_down() {
     assert!(snapshot.tools.is_empty());
     assert_eq!(snapshot.tools_json.get(), "[]");
     assert!(snapshot.fingerprints.is_empty());
-    assert_eq!(
-        snapshot.tool("alpha__echo").unwrap_err(),
-        Miss::Down("alpha".into())
-    );
-    assert_eq!(
-        snapshot.prompt("beta__p").unwrap_err(),
-        Miss::Down("beta".into())
-    );
+    assert_eq!(snapshot.tool("alpha__echo").unwrap_err(), Miss::Down("alpha".into()));
+    assert_eq!(snapshot.prompt("beta__p").unwrap_err(), Miss::Down("beta".into()));
 }
 
 #[test]
 fn fingerprints_exist_per_up_namespace() {
     let catalog = catalog(true, &["alpha", "beta", "gamma"]);
-    let alpha = catalog
-        .update(0, Some(alpha_listing()))
-        .expect("a fingerprint");
-    let beta = catalog
-        .update(1, Some(beta_listing()))
-        .expect("a fingerprint");
+    let alpha = catalog.update(0, Some(alpha_listing())).expect("a fingerprint");
+    let beta = catalog.update(1, Some(beta_listing())).expect("a fingerprint");
     let snapshot = catalog.snapshot();
     let keys: Vec<&str> = snapshot.fingerprints.keys().map(|k| &**k).collect();
     assert_eq!(keys, ["alpha", "beta"], "gamma is down");
@@ -333,24 +281,14 @@ fn fingerprints_exist_per_up_namespace() {
 
     // Each tool carries its own contract fingerprint.
     let echo = snapshot.tool("alpha__echo").expect("routed");
-    assert_eq!(
-        &*echo.fingerprint,
-        fingerprint::tool_fingerprint(&tool("echo", "echoes"))
-    );
+    assert_eq!(&*echo.fingerprint, fingerprint::tool_fingerprint(&tool("echo", "echoes")));
 
     // An up upstream with no tools still has a (stable) fingerprint.
-    let empty = catalog
-        .update(2, Some(Listing::default()))
-        .expect("a fingerprint");
+    let empty = catalog.update(2, Some(Listing::default())).expect("a fingerprint");
     assert_eq!(catalog.snapshot().fingerprints["gamma"], empty);
 
     catalog.update(1, None);
-    let keys: Vec<String> = catalog
-        .snapshot()
-        .fingerprints
-        .keys()
-        .map(|k| k.to_string())
-        .collect();
+    let keys: Vec<String> = catalog.snapshot().fingerprints.keys().map(|k| k.to_string()).collect();
     assert_eq!(keys, ["alpha", "gamma"]);
 }
 
@@ -396,15 +334,9 @@ fn prefixed_mode_exposes_both_tools_without_warnings() {
 #[test]
 fn unprefixed_misses_are_unknown_unless_the_only_upstream_is_down() {
     let catalog = catalog(false, &["alpha"]);
-    assert_eq!(
-        catalog.snapshot().tool("anything").unwrap_err(),
-        Miss::Down("alpha".into())
-    );
+    assert_eq!(catalog.snapshot().tool("anything").unwrap_err(), Miss::Down("alpha".into()));
     catalog.update(0, Some(tools(&["echo"])));
-    assert_eq!(
-        catalog.snapshot().tool("anything").unwrap_err(),
-        Miss::Unknown
-    );
+    assert_eq!(catalog.snapshot().tool("anything").unwrap_err(), Miss::Unknown);
 }
 
 // ---- resources ----------------------------------------------------------------------------------
@@ -415,9 +347,7 @@ fn prefixed_resources_route_by_namespace() {
     catalog.update(0, Some(alpha_listing()));
     let snapshot = catalog.snapshot();
 
-    let listed = snapshot
-        .resource("alpha+file:///notes.txt")
-        .expect("routed");
+    let listed = snapshot.resource("alpha+file:///notes.txt").expect("routed");
     assert_eq!(listed.upstream, 0);
     assert_eq!(&*listed.name, "file:///notes.txt");
 
@@ -427,23 +357,11 @@ fn prefixed_resources_route_by_namespace() {
     assert_eq!(&*templated.namespace, "alpha");
     assert_eq!(&*templated.name, "db://rows/42");
 
-    assert_eq!(
-        snapshot.resource("beta+file:///x").unwrap_err(),
-        Miss::Down("beta".into())
-    );
-    assert_eq!(
-        snapshot.resource("gamma+file:///x").unwrap_err(),
-        Miss::Unknown
-    );
-    assert_eq!(
-        snapshot.resource("file:///notes.txt").unwrap_err(),
-        Miss::Unknown
-    );
+    assert_eq!(snapshot.resource("beta+file:///x").unwrap_err(), Miss::Down("beta".into()));
+    assert_eq!(snapshot.resource("gamma+file:///x").unwrap_err(), Miss::Unknown);
+    assert_eq!(snapshot.resource("file:///notes.txt").unwrap_err(), Miss::Unknown);
 
-    assert_eq!(
-        snapshot.expose_uri("alpha", "file:///notes.txt"),
-        "alpha+file:///notes.txt"
-    );
+    assert_eq!(snapshot.expose_uri("alpha", "file:///notes.txt"), "alpha+file:///notes.txt");
 }
 
 #[test]
@@ -476,34 +394,19 @@ fn unprefixed_resources_route_by_exact_uri_then_longest_template_prefix() {
     let table = snapshot.resource("db://users").expect("routed");
     assert_eq!(table.upstream, 0);
 
-    assert_eq!(
-        snapshot.resource("https://elsewhere/").unwrap_err(),
-        Miss::Unknown
-    );
+    assert_eq!(snapshot.resource("https://elsewhere/").unwrap_err(), Miss::Unknown);
     assert_eq!(snapshot.expose_uri("alpha", "file:///a"), "file:///a");
-    assert_eq!(
-        json_names(&snapshot.templates_json, "uriTemplate"),
-        ["db://rows/{id}", "db://{table}"]
-    );
+    assert_eq!(json_names(&snapshot.templates_json, "uriTemplate"), ["db://rows/{id}", "db://{table}"]);
 }
 
 #[test]
 fn with_a_single_unprefixed_upstream_any_uri_goes_to_it() {
     let catalog = catalog(false, &["alpha"]);
     catalog.update(0, Some(tools(&["echo"])));
-    let route = catalog
-        .snapshot()
-        .resource("anything://at/all")
-        .expect("routed");
+    let route = catalog.snapshot().resource("anything://at/all").expect("routed");
     assert_eq!(route.upstream, 0);
     assert_eq!(&*route.name, "anything://at/all");
 
     catalog.update(0, None);
-    assert_eq!(
-        catalog
-            .snapshot()
-            .resource("anything://at/all")
-            .unwrap_err(),
-        Miss::Down("alpha".into())
-    );
+    assert_eq!(catalog.snapshot().resource("anything://at/all").unwrap_err(), Miss::Down("alpha".into()));
 }

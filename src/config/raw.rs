@@ -19,10 +19,7 @@ pub struct Sp<T> {
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sp<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let spanned = toml::Spanned::<T>::deserialize(d)?;
-        Ok(Sp {
-            span: spanned.span(),
-            value: spanned.into_inner(),
-        })
+        Ok(Sp { span: spanned.span(), value: spanned.into_inner() })
     }
 }
 
@@ -34,6 +31,18 @@ pub struct RawConfig {
     /// `[ranking]` is the newer name; `[rag]` is what routing-seed configs say.
     #[serde(alias = "ranking")]
     pub rag: Option<RawRag>,
+    pub gating: Option<RawGating>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGating {
+    pub enabled: Option<bool>,
+    pub tail_k: Option<usize>,
+    pub session_tail_max: Option<usize>,
+    pub pin: Option<Vec<String>>,
+    pub floor: Option<Sp<f64>>,
+    pub max_conversations: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,9 +117,7 @@ impl<'de> Deserialize<'de> for SessionMode {
         match String::deserialize(d)?.as_str() {
             "shared" => Ok(Self::Shared),
             "per_client" => Ok(Self::PerClient),
-            other => Err(serde::de::Error::custom(format!(
-                "expected \"shared\" or \"per_client\", got {other:?}"
-            ))),
+            other => Err(serde::de::Error::custom(format!("expected \"shared\" or \"per_client\", got {other:?}"))),
         }
     }
 }
@@ -120,9 +127,7 @@ impl<'de> Deserialize<'de> for LogFormat {
         match String::deserialize(d)?.as_str() {
             "text" => Ok(Self::Text),
             "json" => Ok(Self::Json),
-            other => Err(serde::de::Error::custom(format!(
-                "expected \"text\" or \"json\", got {other:?}"
-            ))),
+            other => Err(serde::de::Error::custom(format!("expected \"text\" or \"json\", got {other:?}"))),
         }
     }
 }
@@ -141,9 +146,7 @@ impl<'de> Deserialize<'de> for RawDuration {
         impl serde::de::Visitor<'_> for Visitor {
             type Value = RawDuration;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(
-                    "a duration such as \"500ms\", \"30s\", \"12m\" or \"1h\", or whole seconds",
-                )
+                f.write_str("a duration such as \"500ms\", \"30s\", \"12m\" or \"1h\", or whole seconds")
             }
             fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<RawDuration, E> {
                 Ok(RawDuration::Seconds(n))
@@ -167,15 +170,9 @@ impl RawDuration {
             Self::Seconds(s) => return Ok(Duration::from_secs(*s)),
             Self::Text(t) => t.trim(),
         };
-        let split = text
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(text.len());
+        let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
-        let expected = || {
-            format!(
-                "expected a duration such as \"500ms\", \"30s\", \"12m\" or \"1h\", got {text:?}"
-            )
-        };
+        let expected = || format!("expected a duration such as \"500ms\", \"30s\", \"12m\" or \"1h\", got {text:?}");
         let number: f64 = number.parse().map_err(|_| expected())?;
         let scale = match unit.trim() {
             "ms" => 0.001,
@@ -195,17 +192,12 @@ const SPANNED_VALUE_SEGMENT: &str = ".$__serde_spanned_private_value";
 impl RawConfig {
     /// Parses TOML, reporting the failing key path (`upstreams[1].url`) and line.
     pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
-        let de = toml::de::Deserializer::parse(text)
-            .map_err(|e| toml_error(text, "(file)".into(), &e))?;
+        let de = toml::de::Deserializer::parse(text).map_err(|e| toml_error(text, "(file)".into(), &e))?;
         serde_path_to_error::deserialize(de).map_err(|e| {
             // `Sp<T>` goes through `toml::Spanned`, whose private field would otherwise show up
             // in the path (`upstreams[0].origin.$__serde_spanned_private_value`).
             let path = e.path().to_string().replace(SPANNED_VALUE_SEGMENT, "");
-            let path = if path == "." {
-                "(top level)".into()
-            } else {
-                path
-            };
+            let path = if path == "." { "(top level)".into() } else { path };
             toml_error(text, path, e.inner())
         })
     }
@@ -213,9 +205,5 @@ impl RawConfig {
 
 fn toml_error(text: &str, path: String, e: &toml::de::Error) -> ConfigError {
     let line = e.span().map(|s| super::line_of(text, s.start));
-    ConfigError {
-        path,
-        line,
-        message: e.message().trim().to_string(),
-    }
+    ConfigError { path, line, message: e.message().trim().to_string() }
 }

@@ -38,10 +38,7 @@ fn error(text: &str) -> ConfigError {
 /// The 1-based line of the first line containing `needle`, counted independently of the code
 /// under test.
 fn line_of_text(text: &str, needle: &str) -> usize {
-    text.lines()
-        .position(|l| l.contains(needle))
-        .unwrap_or_else(|| panic!("{needle:?} not in the text"))
-        + 1
+    text.lines().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle:?} not in the text")) + 1
 }
 
 /// A valid base: loopback, no inbound auth, one upstream. Tests append to or edit it.
@@ -51,9 +48,7 @@ auth_disabled = true
 "#;
 
 fn with_upstream(extra: &str) -> String {
-    format!(
-        "{LOCAL}\n[[upstreams]]\nnamespace = \"alpha\"\nurl = \"http://127.0.0.1:9001/mcp\"\n{extra}\n"
-    )
+    format!("{LOCAL}\n[[upstreams]]\nnamespace = \"alpha\"\nurl = \"http://127.0.0.1:9001/mcp\"\n{extra}\n")
 }
 
 fn only_upstream(config: &Config) -> &UpstreamConfig {
@@ -70,12 +65,7 @@ fn defaults_fill_every_unset_value() {
     assert_eq!(g.host, "127.0.0.1");
     assert_eq!(g.port, 8090);
     assert_eq!(g.path, "/mcp");
-    assert_eq!(
-        g.auth,
-        InboundAuth::Disabled {
-            allow_remote: false
-        }
-    );
+    assert_eq!(g.auth, InboundAuth::Disabled { allow_remote: false });
     assert_eq!(g.separator, "__");
     assert_eq!(g.prefix_mode, PrefixMode::Always);
     assert!(g.allowed_origins.is_empty());
@@ -141,10 +131,7 @@ enabled = false
     assert_eq!(g.allowed_hosts, ["gateway.internal"]);
     assert_eq!(g.max_body_bytes, 1024);
     assert_eq!(g.max_sessions, 5);
-    assert_eq!(
-        g.instructions.as_deref(),
-        Some("Use the search tool first.")
-    );
+    assert_eq!(g.instructions.as_deref(), Some("Use the search tool first."));
     assert_eq!(g.log_format, LogFormat::Json);
     // `[ranking]` is accepted as the newer name of `[rag]`.
     assert!(!config.rag.enabled);
@@ -230,36 +217,21 @@ fn a_url_without_a_scheme_says_what_was_expected() {
     let e = error(&text);
     assert_eq!(e.path, "upstreams[0].url");
     assert_eq!(e.line, Some(line_of_text(&text, "localhost:8000")));
-    assert!(
-        e.message
-            .contains("expected an absolute http(s) URL, got \"localhost:8000\""),
-        "{e}"
-    );
+    assert!(e.message.contains("expected an absolute http(s) URL, got \"localhost:8000\""), "{e}");
     // The Display form is what operators read.
     assert_eq!(
         e.to_string(),
-        format!(
-            "line {}: upstreams[0].url: expected an absolute http(s) URL, got \"localhost:8000\"",
-            e.line.unwrap()
-        )
+        format!("line {}: upstreams[0].url: expected an absolute http(s) URL, got \"localhost:8000\"", e.line.unwrap())
     );
 }
 
 #[test]
 fn non_http_and_relative_urls_are_refused() {
-    for url in [
-        "ftp://example.com/mcp",
-        "/mcp",
-        "file:///tmp/sock",
-        "http://",
-    ] {
+    for url in ["ftp://example.com/mcp", "/mcp", "file:///tmp/sock", "http://"] {
         let text = format!("{LOCAL}\n[[upstreams]]\nnamespace = \"alpha\"\nurl = \"{url}\"\n");
         let e = error(&text);
         assert_eq!(e.path, "upstreams[0].url", "{url}: {e}");
-        assert!(
-            e.message.contains("expected an absolute http(s) URL"),
-            "{e}"
-        );
+        assert!(e.message.contains("expected an absolute http(s) URL"), "{e}");
     }
 }
 
@@ -274,15 +246,11 @@ fn a_missing_url_is_required() {
 
 #[test]
 fn duplicate_namespaces_point_at_the_second_and_name_the_first() {
-    let text = format!(
-        "{}\n[[upstreams]]\nnamespace = \"alpha\"\nurl = \"http://127.0.0.1:9002/mcp\"\n",
-        with_upstream("")
-    );
+    let text =
+        format!("{}\n[[upstreams]]\nnamespace = \"alpha\"\nurl = \"http://127.0.0.1:9002/mcp\"\n", with_upstream(""));
     let e = error(&text);
     assert_eq!(e.path, "upstreams[1].namespace");
-    let second = text
-        .rfind("namespace = \"alpha\"")
-        .expect("second namespace");
+    let second = text.rfind("namespace = \"alpha\"").expect("second namespace");
     assert_eq!(e.line, Some(text[..second].lines().count() + 1));
     assert!(e.message.contains("duplicate namespace \"alpha\""), "{e}");
     assert!(e.message.contains("upstreams[0]"), "{e}");
@@ -290,8 +258,7 @@ fn duplicate_namespaces_point_at_the_second_and_name_the_first() {
 
 #[test]
 fn a_namespace_may_not_contain_the_separator() {
-    let with_default =
-        format!("{LOCAL}\n[[upstreams]]\nnamespace = \"a__b\"\nurl = \"http://h/mcp\"\n");
+    let with_default = format!("{LOCAL}\n[[upstreams]]\nnamespace = \"a__b\"\nurl = \"http://h/mcp\"\n");
     let e = error(&with_default);
     assert_eq!(e.path, "upstreams[0].namespace");
     assert_eq!(e.line, Some(line_of_text(&with_default, "a__b")));
@@ -318,14 +285,12 @@ fn a_namespace_may_not_contain_the_separator() {
 fn namespaces_must_be_short_and_plain() {
     let too_long = "n".repeat(49);
     for ns in ["", "has space", "a+b", too_long.as_str()] {
-        let text =
-            format!("{LOCAL}\n[[upstreams]]\nnamespace = \"{ns}\"\nurl = \"http://h/mcp\"\n");
+        let text = format!("{LOCAL}\n[[upstreams]]\nnamespace = \"{ns}\"\nurl = \"http://h/mcp\"\n");
         let e = error(&text);
         assert_eq!(e.path, "upstreams[0].namespace", "{ns:?}: {e}");
     }
     let longest = "n".repeat(48);
-    let text =
-        format!("{LOCAL}\n[[upstreams]]\nnamespace = \"{longest}\"\nurl = \"http://h/mcp\"\n");
+    let text = format!("{LOCAL}\n[[upstreams]]\nnamespace = \"{longest}\"\nurl = \"http://h/mcp\"\n");
     assert_eq!(only_upstream(&parse(&text)).namespace, longest);
 }
 
@@ -358,9 +323,7 @@ fn a_relative_gateway_path_is_refused() {
 fn gateway_bearer_token_is_read_from_the_named_variable() {
     let text = "[gateway]\nbearer_token_env = \"GW_TOKEN\"\n";
     let config = parse_with(text, &Env::from_pairs([("GW_TOKEN", "  tok-123 \n")]));
-    let InboundAuth::Bearer { env, token } = &config.gateway.auth else {
-        panic!("{:?}", config.gateway.auth)
-    };
+    let InboundAuth::Bearer { env, token } = &config.gateway.auth else { panic!("{:?}", config.gateway.auth) };
     assert_eq!(env, "GW_TOKEN");
     assert_eq!(token.expose(), "tok-123", "trimmed");
 }
@@ -399,17 +362,13 @@ fn a_missing_upstream_token_variable_is_named() {
     let config = parse_with(&text, &Env::from_pairs([("ALPHA_TOKEN", "a-token")]));
     assert_eq!(
         only_upstream(&config).auth,
-        UpstreamAuth::Bearer {
-            env: "ALPHA_TOKEN".into(),
-            token: Secret::new("a-token".into())
-        }
+        UpstreamAuth::Bearer { env: "ALPHA_TOKEN".into(), token: Secret::new("a-token".into()) }
     );
 }
 
 #[test]
 fn an_upstream_takes_a_token_variable_or_a_token_file_not_both() {
-    let text =
-        with_upstream("bearer_token_env = \"ALPHA_TOKEN\"\ntoken_file = \"/run/alpha.token\"");
+    let text = with_upstream("bearer_token_env = \"ALPHA_TOKEN\"\ntoken_file = \"/run/alpha.token\"");
     let errors = errors_with(&text, &Env::from_pairs([("ALPHA_TOKEN", "x")]));
     assert_eq!(errors.len(), 1, "{errors:#?}");
     let e = &errors[0];
@@ -422,23 +381,14 @@ fn an_upstream_takes_a_token_variable_or_a_token_file_not_both() {
 fn token_file_expands_home_from_the_injected_env() {
     let text = with_upstream("token_file = \"~/x\"");
     let config = parse_with(&text, &Env::from_pairs([("HOME", "/home/tester")]));
-    assert_eq!(
-        only_upstream(&config).auth,
-        UpstreamAuth::TokenFile(PathBuf::from("/home/tester/x"))
-    );
+    assert_eq!(only_upstream(&config).auth, UpstreamAuth::TokenFile(PathBuf::from("/home/tester/x")));
 
     // Without HOME the path is kept as written; only a leading "~/" is expanded.
     let config = parse(&text);
-    assert_eq!(
-        only_upstream(&config).auth,
-        UpstreamAuth::TokenFile(PathBuf::from("~/x"))
-    );
+    assert_eq!(only_upstream(&config).auth, UpstreamAuth::TokenFile(PathBuf::from("~/x")));
     let text = with_upstream("token_file = \"/etc/~/x\"");
     let config = parse_with(&text, &Env::from_pairs([("HOME", "/home/tester")]));
-    assert_eq!(
-        only_upstream(&config).auth,
-        UpstreamAuth::TokenFile(PathBuf::from("/etc/~/x"))
-    );
+    assert_eq!(only_upstream(&config).auth, UpstreamAuth::TokenFile(PathBuf::from("/etc/~/x")));
 }
 
 #[test]
@@ -469,20 +419,11 @@ fn disabled_auth_refuses_a_non_loopback_bind_unless_explicitly_allowed() {
 
     let allowed = format!("{text}allow_unauthenticated_remote = true\n");
     let config = parse(&allowed);
-    assert_eq!(
-        config.gateway.auth,
-        InboundAuth::Disabled { allow_remote: true }
-    );
+    assert_eq!(config.gateway.auth, InboundAuth::Disabled { allow_remote: true });
 
     for host in ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"] {
         let text = format!("[gateway]\nhost = \"{host}\"\nauth_disabled = true\n");
-        assert_eq!(
-            parse(&text).gateway.auth,
-            InboundAuth::Disabled {
-                allow_remote: false
-            },
-            "{host}"
-        );
+        assert_eq!(parse(&text).gateway.auth, InboundAuth::Disabled { allow_remote: false }, "{host}");
     }
 }
 
@@ -490,37 +431,23 @@ fn disabled_auth_refuses_a_non_loopback_bind_unless_explicitly_allowed() {
 fn auth_disabled_wins_over_a_token_variable() {
     // Explicitly disabled auth does not require the variable to exist.
     let text = "[gateway]\nauth_disabled = true\nbearer_token_env = \"UNSET\"\n";
-    assert_eq!(
-        parse(text).gateway.auth,
-        InboundAuth::Disabled {
-            allow_remote: false
-        }
-    );
+    assert_eq!(parse(text).gateway.auth, InboundAuth::Disabled { allow_remote: false });
 }
 
 #[test]
 fn secrets_never_appear_in_debug_output_or_the_plan() {
     let text = with_upstream("bearer_token_env = \"ALPHA_TOKEN\"")
         .replace("auth_disabled = true", "bearer_token_env = \"GW_TOKEN\"");
-    let env = Env::from_pairs([
-        ("GW_TOKEN", "gw-SECRET-8f3a9c"),
-        ("ALPHA_TOKEN", "alpha-SECRET-77d1e0"),
-    ]);
+    let env = Env::from_pairs([("GW_TOKEN", "gw-SECRET-8f3a9c"), ("ALPHA_TOKEN", "alpha-SECRET-77d1e0")]);
     let config = parse_with(&text, &env);
-    for rendered in [
-        format!("{config:?}"),
-        format!("{config:#?}"),
-        plan(&config, Path::new("gatehouse.toml")),
-    ] {
+    for rendered in [format!("{config:?}"), format!("{config:#?}"), plan(&config, Path::new("gatehouse.toml"))] {
         assert!(!rendered.contains("SECRET"), "{rendered}");
         // The variable names are fine to show: they tell the operator where the secret lives.
         assert!(rendered.contains("GW_TOKEN"), "{rendered}");
         assert!(rendered.contains("ALPHA_TOKEN"), "{rendered}");
     }
     // …while the values are there for the code that needs them.
-    let InboundAuth::Bearer { token, .. } = &config.gateway.auth else {
-        panic!("not bearer")
-    };
+    let InboundAuth::Bearer { token, .. } = &config.gateway.auth else { panic!("not bearer") };
     assert_eq!(token.expose(), "gw-SECRET-8f3a9c");
 }
 
@@ -539,15 +466,9 @@ fn url_credentials_are_kept_but_never_printed() {
     let debug = format!("{config:?}");
     assert!(!debug.contains("hunter2"), "{debug}");
     assert!(debug.contains("example.com"), "{debug}");
-    assert!(
-        debug.contains("x-api-key"),
-        "header names stay visible: {debug}"
-    );
+    assert!(debug.contains("x-api-key"), "header names stay visible: {debug}");
     // The request still goes out with it.
-    assert_eq!(
-        only_upstream(&config).url().unwrap().password(),
-        Some("hunter2")
-    );
+    assert_eq!(only_upstream(&config).url().unwrap().password(), Some("hunter2"));
 }
 
 // ---- headers ------------------------------------------------------------------------------------
@@ -600,26 +521,12 @@ fn durations_accept_units_and_bare_seconds() {
 
 #[test]
 fn bad_durations_name_the_key_and_show_the_expected_form() {
-    for value in [
-        "soon",
-        "5 parsecs",
-        "-5s",
-        "",
-        "1e3s",
-        "99999999999999999999999h",
-    ] {
+    for value in ["soon", "5 parsecs", "-5s", "", "1e3s", "99999999999999999999999h"] {
         let text = with_upstream(&format!("ping_interval = \"{value}\""));
         let e = error(&text);
         assert_eq!(e.path, "upstreams[0].ping_interval", "{value:?}");
-        assert_eq!(
-            e.line,
-            Some(line_of_text(&text, "ping_interval")),
-            "{value:?}"
-        );
-        assert!(
-            e.message.starts_with("expected a duration such as"),
-            "{value:?}: {e}"
-        );
+        assert_eq!(e.line, Some(line_of_text(&text, "ping_interval")), "{value:?}");
+        assert!(e.message.starts_with("expected a duration such as"), "{value:?}: {e}");
     }
 }
 
@@ -630,10 +537,7 @@ fn durations_of_the_wrong_type_say_what_is_expected() {
         let e = error(&text);
         assert_eq!(e.path, "upstreams[0].timeout", "{value}: {e}");
         assert_eq!(e.line, Some(line_of_text(&text, "timeout")), "{value}");
-        assert!(
-            e.message.contains("expected a duration such as \"500ms\""),
-            "{value}: {e}"
-        );
+        assert!(e.message.contains("expected a duration such as \"500ms\""), "{value}: {e}");
     }
 }
 
@@ -673,10 +577,9 @@ fn prefix_mode_values_decide_whether_names_are_prefixed() {
     let conditional = parse(&two_upstreams("conditional"));
     assert_eq!(conditional.gateway.prefix_mode, PrefixMode::Conditional);
     assert!(conditional.prefixed(), "two upstreams");
-    let single = parse(&with_upstream("").replace(
-        "auth_disabled = true",
-        "auth_disabled = true\nprefix_mode = \"conditional\"",
-    ));
+    let single = parse(
+        &with_upstream("").replace("auth_disabled = true", "auth_disabled = true\nprefix_mode = \"conditional\""),
+    );
     assert!(!single.prefixed(), "one upstream");
 }
 
@@ -686,11 +589,7 @@ fn a_bad_prefix_mode_lists_the_choices() {
     let e = error(&text);
     assert_eq!(e.path, "gateway.prefix_mode");
     assert_eq!(e.line, Some(3));
-    assert!(
-        e.message
-            .contains("expected \"always\", \"conditional\" or \"never\", got \"sometimes\""),
-        "{e}"
-    );
+    assert!(e.message.contains("expected \"always\", \"conditional\" or \"never\", got \"sometimes\""), "{e}");
 }
 
 // ---- many problems at once ----------------------------------------------------------------------
@@ -723,23 +622,14 @@ bearer_token_env = "ALPHA_TOKEN"
         "upstreams[1].timeout",
         "upstreams[1].bearer_token_env",
     ] {
-        assert!(
-            paths.contains(&expected),
-            "{expected} missing from {paths:?}"
-        );
+        assert!(paths.contains(&expected), "{expected} missing from {paths:?}");
     }
     for e in &errors {
         assert!(e.line.is_some(), "{e}");
     }
 
     let rendered = Config::parse(text, &no_env()).unwrap_err().to_string();
-    assert!(
-        rendered.starts_with(&format!(
-            "invalid configuration ({} problem(s)):",
-            errors.len()
-        )),
-        "{rendered}"
-    );
+    assert!(rendered.starts_with(&format!("invalid configuration ({} problem(s)):", errors.len())), "{rendered}");
     assert_eq!(rendered.lines().count(), errors.len() + 1, "{rendered}");
 }
 
@@ -754,10 +644,7 @@ fn load_names_the_file_in_its_errors() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[gateway]\nport = 1\n").expect("write");
     let e = Config::load(&bad, &no_env()).unwrap_err();
-    assert!(e.to_string().starts_with(&format!(
-        "invalid configuration {} (1 problem(s)):",
-        bad.display()
-    )));
+    assert!(e.to_string().starts_with(&format!("invalid configuration {} (1 problem(s)):", bad.display())));
 }
 
 // ---- the routing-seed examples load unchanged ---------------------------------------------------
@@ -779,12 +666,7 @@ fn the_routing_seed_minimal_example_loads() {
     assert_eq!(g.host, "127.0.0.1");
     assert_eq!(g.port, 8090);
     assert_eq!(g.separator, ".");
-    assert_eq!(
-        g.auth,
-        InboundAuth::Disabled {
-            allow_remote: false
-        }
-    );
+    assert_eq!(g.auth, InboundAuth::Disabled { allow_remote: false });
     assert!(config.rag.enabled);
     let u = only_upstream(&config);
     assert_eq!(u.namespace, "bamboo");
@@ -804,74 +686,39 @@ fn the_routing_seed_production_example_loads() {
     assert_eq!(g.separator, ".");
     assert_eq!(
         g.auth,
-        InboundAuth::Bearer {
-            env: "PANDA_GATEWAY_TOKEN".into(),
-            token: Secret::new("inbound-token".into())
-        }
+        InboundAuth::Bearer { env: "PANDA_GATEWAY_TOKEN".into(), token: Secret::new("inbound-token".into()) }
     );
 
-    let namespaces: Vec<&str> = config
-        .upstreams
-        .iter()
-        .map(|u| u.namespace.as_str())
-        .collect();
+    let namespaces: Vec<&str> = config.upstreams.iter().map(|u| u.namespace.as_str()).collect();
     assert_eq!(namespaces, ["bamboo", "panda"]);
 
     let bamboo = &config.upstreams[0];
-    assert_eq!(
-        bamboo.url().unwrap().as_str(),
-        "https://aipanda033.cern.ch:8000/mcp"
-    );
+    assert_eq!(bamboo.url().unwrap().as_str(), "https://aipanda033.cern.ch:8000/mcp");
     assert_eq!(
         bamboo.auth,
-        UpstreamAuth::Bearer {
-            env: "BAMBOO_TOKEN".into(),
-            token: Secret::new("bamboo-token".into())
-        }
+        UpstreamAuth::Bearer { env: "BAMBOO_TOKEN".into(), token: Secret::new("bamboo-token".into()) }
     );
     assert!(bamboo.tls_verify);
-    assert_eq!(
-        bamboo.ca_bundle.as_deref(),
-        Some(Path::new("/etc/pki/tls/certs/ca-bundle.crt"))
-    );
+    assert_eq!(bamboo.ca_bundle.as_deref(), Some(Path::new("/etc/pki/tls/certs/ca-bundle.crt")));
 
     // `use_sse = false`: Streamable HTTP (with the automatic legacy fallback).
     let panda = &config.upstreams[1];
-    assert!(matches!(
-        panda.endpoint,
-        Endpoint::Http { use_sse: false, .. }
-    ));
-    assert_eq!(
-        panda.url().unwrap().as_str(),
-        "https://panda-mcp.cern.ch/mcp"
-    );
-    assert_eq!(
-        panda.auth,
-        UpstreamAuth::TokenFile(PathBuf::from("/home/panda/.panda_id_token"))
-    );
+    assert!(matches!(panda.endpoint, Endpoint::Http { use_sse: false, .. }));
+    assert_eq!(panda.url().unwrap().as_str(), "https://panda-mcp.cern.ch/mcp");
+    assert_eq!(panda.auth, UpstreamAuth::TokenFile(PathBuf::from("/home/panda/.panda_id_token")));
     assert!(panda.tls_verify);
     assert_eq!(panda.ca_bundle, None);
 
     // Without its secrets the same file reports each missing variable by key path.
     let errors = errors_with(text, &Env::from_pairs([("HOME", "/home/panda")]));
     let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(
-        paths,
-        [
-            "gateway.bearer_token_env",
-            "upstreams[0].bearer_token_env",
-            "upstreams[0].ca_bundle_env"
-        ]
-    );
+    assert_eq!(paths, ["gateway.bearer_token_env", "upstreams[0].bearer_token_env", "upstreams[0].ca_bundle_env"]);
 }
 
 #[test]
 fn use_sse_true_selects_the_legacy_transport() {
     let config = parse(&with_upstream("use_sse = true"));
-    assert!(matches!(
-        only_upstream(&config).endpoint,
-        Endpoint::Http { use_sse: true, .. }
-    ));
+    assert!(matches!(only_upstream(&config).endpoint, Endpoint::Http { use_sse: true, .. }));
 }
 
 #[test]
@@ -884,24 +731,16 @@ fn stdio_upstreams_get_a_clean_environment_plus_what_is_named() {
         ("GATEHOUSE_TOKEN", "secret"),
     ]);
     let config = Config::parse(text, &env).unwrap();
-    let Endpoint::Stdio(command) = &config.upstreams[0].endpoint else {
-        panic!("stdio")
-    };
+    let Endpoint::Stdio(command) = &config.upstreams[0].endpoint else { panic!("stdio") };
     assert_eq!(command.command, "npx");
     assert_eq!(command.args, ["-y", "srv"]);
     let names: Vec<&str> = command.env.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(
-        names,
-        ["PATH", "HOME", "GITHUB_TOKEN", "MODE"],
-        "the gateway's own secrets stay home"
-    );
+    assert_eq!(names, ["PATH", "HOME", "GITHUB_TOKEN", "MODE"], "the gateway's own secrets stay home");
     assert_eq!(command.cwd.as_deref(), Some(Path::new("/home/u/work")));
-    assert!(
-        !format!("{config:?}").contains("ghp"),
-        "env values never print"
-    );
+    assert!(!format!("{config:?}").contains("ghp"), "env values never print");
 
-    let both = "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"s\"\ncommand = \"x\"\nurl = \"http://a/mcp\"\n";
+    let both =
+        "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"s\"\ncommand = \"x\"\nurl = \"http://a/mcp\"\n";
     let e = Config::parse(both, &env).unwrap_err().errors.remove(0);
     assert_eq!(e.path, "upstreams[0].command");
     let missing = "[gateway]\nauth_disabled = true\n[[upstreams]]\nnamespace = \"s\"\ncommand = \"x\"\nenv_passthrough = [\"NOPE\"]\n";
@@ -912,14 +751,8 @@ fn stdio_upstreams_get_a_clean_environment_plus_what_is_named() {
 
 #[test]
 fn upstream_session_mode() {
-    assert_eq!(
-        only_upstream(&parse(&with_upstream(""))).session,
-        SessionMode::Shared
-    );
-    assert_eq!(
-        only_upstream(&parse(&with_upstream("session = \"per_client\""))).session,
-        SessionMode::PerClient
-    );
+    assert_eq!(only_upstream(&parse(&with_upstream(""))).session, SessionMode::Shared);
+    assert_eq!(only_upstream(&parse(&with_upstream("session = \"per_client\""))).session, SessionMode::PerClient);
     let text = with_upstream("session = \"sometimes\"");
     let e = error(&text);
     assert_eq!(e.path, "upstreams[0].session");

@@ -16,10 +16,7 @@ fn source(text: &str) -> Option<Box<dyn std::error::Error + Send + Sync>> {
 }
 
 fn field(path: &str, rule: &str) -> FieldError {
-    FieldError {
-        path: path.into(),
-        rule: rule.into(),
-    }
+    FieldError { path: path.into(), rule: rule.into() }
 }
 
 /// Numbers a variant. The match has no catch-all arm, so a new variant does not compile until
@@ -113,9 +110,7 @@ fn table() -> Vec<Row> {
             message: "Invalid request envelope: params._meta.x: required: an object",
         },
         Row {
-            error: GatewayError::MissingCapability {
-                required: json!({"elicitation": {}}),
-            },
+            error: GatewayError::MissingCapability { required: json!({"elicitation": {}}) },
             legacy_code: -32021,
             modern_code: -32021,
             legacy_status: S::BAD_REQUEST,
@@ -124,9 +119,7 @@ fn table() -> Vec<Row> {
             message: "Missing required client capability (see data.requiredCapabilities)",
         },
         Row {
-            error: GatewayError::UnknownTool {
-                name: "alpha__echo".into(),
-            },
+            error: GatewayError::UnknownTool { name: "alpha__echo".into() },
             legacy_code: -32602,
             modern_code: -32602,
             legacy_status: S::OK,
@@ -135,9 +128,7 @@ fn table() -> Vec<Row> {
             message: "Unknown tool: alpha__echo",
         },
         Row {
-            error: GatewayError::UnknownPrompt {
-                name: "alpha__greet".into(),
-            },
+            error: GatewayError::UnknownPrompt { name: "alpha__greet".into() },
             legacy_code: -32602,
             modern_code: -32602,
             legacy_status: S::OK,
@@ -155,9 +146,7 @@ fn table() -> Vec<Row> {
             message: "Resource not found",
         },
         Row {
-            error: GatewayError::UnsupportedProtocolVersion {
-                requested: "1999-01-01".into(),
-            },
+            error: GatewayError::UnsupportedProtocolVersion { requested: "1999-01-01".into() },
             legacy_code: -32600,
             modern_code: -32022,
             legacy_status: S::BAD_REQUEST,
@@ -269,10 +258,7 @@ fn table() -> Vec<Row> {
             message: "Upstream unavailable: panda",
         },
         Row {
-            error: GatewayError::UpstreamError {
-                namespace: "panda".into(),
-                source: None,
-            },
+            error: GatewayError::UpstreamError { namespace: "panda".into(), source: None },
             legacy_code: -31002,
             modern_code: -31002,
             legacy_status: S::OK,
@@ -281,9 +267,7 @@ fn table() -> Vec<Row> {
             message: "Upstream error: panda",
         },
         Row {
-            error: GatewayError::DeadlineExceeded {
-                namespace: "bamboo".into(),
-            },
+            error: GatewayError::DeadlineExceeded { namespace: "bamboo".into() },
             legacy_code: -31003,
             modern_code: -31003,
             legacy_status: S::OK,
@@ -319,26 +303,10 @@ fn table_covers_every_variant() {
 fn every_variant_maps_to_its_code_status_class_and_message() {
     for row in table() {
         let e = &row.error;
-        assert_eq!(
-            e.code(WireEra::Legacy),
-            row.legacy_code,
-            "legacy code of {e:?}"
-        );
-        assert_eq!(
-            e.code(WireEra::Modern),
-            row.modern_code,
-            "modern code of {e:?}"
-        );
-        assert_eq!(
-            e.http_status(WireEra::Legacy),
-            row.legacy_status,
-            "legacy status of {e:?}"
-        );
-        assert_eq!(
-            e.http_status(WireEra::Modern),
-            row.modern_status,
-            "modern status of {e:?}"
-        );
+        assert_eq!(e.code(WireEra::Legacy), row.legacy_code, "legacy code of {e:?}");
+        assert_eq!(e.code(WireEra::Modern), row.modern_code, "modern code of {e:?}");
+        assert_eq!(e.http_status(WireEra::Legacy), row.legacy_status, "legacy status of {e:?}");
+        assert_eq!(e.http_status(WireEra::Modern), row.modern_status, "modern status of {e:?}");
         assert_eq!(e.class(), row.class, "class of {e:?}");
         assert_eq!(e.public_message(), row.message, "message of {e:?}");
     }
@@ -347,19 +315,11 @@ fn every_variant_maps_to_its_code_status_class_and_message() {
 #[test]
 fn rpc_error_object_carries_code_message_and_class_in_both_eras() {
     for row in table() {
-        for (era, code) in [
-            (WireEra::Legacy, row.legacy_code),
-            (WireEra::Modern, row.modern_code),
-        ] {
+        for (era, code) in [(WireEra::Legacy, row.legacy_code), (WireEra::Modern, row.modern_code)] {
             let rpc = row.error.to_rpc_error(era);
             assert_eq!(rpc["code"], json!(code), "{:?} in {era:?}", row.error);
             assert_eq!(rpc["message"], json!(row.message), "{:?}", row.error);
-            assert_eq!(
-                rpc["data"]["_meta"]["gatehouse/error"],
-                json!(row.error.class()),
-                "{:?}",
-                row.error
-            );
+            assert_eq!(rpc["data"]["_meta"]["gatehouse/error"], json!(row.error.class()), "{:?}", row.error);
             let keys: Vec<&String> = rpc.as_object().expect("an object").keys().collect();
             assert_eq!(keys, ["code", "message", "data"], "no extra top-level keys");
         }
@@ -372,15 +332,9 @@ fn gateway_codes_stay_outside_the_reserved_json_rpc_range() {
     for row in table() {
         if matches!(
             row.error,
-            GatewayError::Unauthenticated
-                | GatewayError::UpstreamError { .. }
-                | GatewayError::DeadlineExceeded { .. }
+            GatewayError::Unauthenticated | GatewayError::UpstreamError { .. } | GatewayError::DeadlineExceeded { .. }
         ) {
-            assert!(
-                !(-32768..=-32000).contains(&row.legacy_code),
-                "{:?}",
-                row.error
-            );
+            assert!(!(-32768..=-32000).contains(&row.legacy_code), "{:?}", row.error);
         }
     }
 }
@@ -394,24 +348,14 @@ fn public_data_carries_only_gateway_owned_detail() {
     );
 
     for e in [
-        GatewayError::UpstreamUnavailable {
-            namespace: "panda".into(),
-            source: None,
-        },
-        GatewayError::UpstreamError {
-            namespace: "panda".into(),
-            source: None,
-        },
-        GatewayError::DeadlineExceeded {
-            namespace: "panda".into(),
-        },
+        GatewayError::UpstreamUnavailable { namespace: "panda".into(), source: None },
+        GatewayError::UpstreamError { namespace: "panda".into(), source: None },
+        GatewayError::DeadlineExceeded { namespace: "panda".into() },
     ] {
         assert_eq!(e.public_data()["upstream"], json!("panda"), "{e:?}");
     }
 
-    let version = GatewayError::UnsupportedProtocolVersion {
-        requested: "2099-01-01".into(),
-    };
+    let version = GatewayError::UnsupportedProtocolVersion { requested: "2099-01-01".into() };
     let data = version.public_data();
     assert_eq!(data["requested"], json!("2099-01-01"));
     assert_eq!(data["supported"], json!(SUPPORTED_VERSIONS));
@@ -434,12 +378,7 @@ fn public_data_carries_only_gateway_owned_detail() {
         ) {
             continue;
         }
-        assert_eq!(
-            row.error.public_data(),
-            json!({ "_meta": { "gatehouse/error": row.class } }),
-            "{:?}",
-            row.error
-        );
+        assert_eq!(row.error.public_data(), json!({ "_meta": { "gatehouse/error": row.class } }), "{:?}", row.error);
     }
 }
 
@@ -447,14 +386,8 @@ fn public_data_carries_only_gateway_owned_detail() {
 fn source_detail_never_reaches_the_wire() {
     let detail = "connect to postgres://user:pw@host/db failed; see /etc/secret/token";
     let errors = [
-        GatewayError::UpstreamError {
-            namespace: "panda".into(),
-            source: source(detail),
-        },
-        GatewayError::UpstreamUnavailable {
-            namespace: "panda".into(),
-            source: source(detail),
-        },
+        GatewayError::UpstreamError { namespace: "panda".into(), source: source(detail) },
+        GatewayError::UpstreamUnavailable { namespace: "panda".into(), source: source(detail) },
         GatewayError::internal(std::io::Error::other(detail)),
     ];
     for e in &errors {
@@ -474,55 +407,37 @@ fn source_detail_never_reaches_the_wire() {
 
 #[test]
 fn unknown_names_are_echoed_without_control_characters() {
-    let e = GatewayError::UnknownTool {
-        name: "evil\n\r\u{1b}[31mred\u{0}\u{7f}\u{85}tool\ttab".into(),
-    };
+    let e = GatewayError::UnknownTool { name: "evil\n\r\u{1b}[31mred\u{0}\u{7f}\u{85}tool\ttab".into() };
     let message = e.public_message();
     assert_eq!(message, "Unknown tool: evil[31mredtooltab");
     assert!(!message.chars().any(char::is_control), "{message:?}");
 
-    let prompt = GatewayError::UnknownPrompt {
-        name: "line1\nline2".into(),
-    };
+    let prompt = GatewayError::UnknownPrompt { name: "line1\nline2".into() };
     assert_eq!(prompt.public_message(), "Unknown prompt: line1line2");
 
-    let version = GatewayError::UnsupportedProtocolVersion {
-        requested: "2025\n-01-01".into(),
-    };
+    let version = GatewayError::UnsupportedProtocolVersion { requested: "2025\n-01-01".into() };
     assert_eq!(version.public_data()["requested"], json!("2025-01-01"));
 }
 
 #[test]
 fn unknown_names_are_bounded_in_characters_not_bytes() {
-    let e = GatewayError::UnknownTool {
-        name: "x".repeat(100_000),
-    };
+    let e = GatewayError::UnknownTool { name: "x".repeat(100_000) };
     let message = e.public_message();
     assert_eq!(message, format!("Unknown tool: {}", "x".repeat(200)));
 
     // Multi-byte characters are counted as characters and never split mid-character.
-    let wide = GatewayError::UnknownTool {
-        name: "é".repeat(1_000),
-    };
+    let wide = GatewayError::UnknownTool { name: "é".repeat(1_000) };
     let message = wide.public_message();
     let echoed = message.strip_prefix("Unknown tool: ").expect("the prefix");
     assert_eq!(echoed.chars().count(), 200);
     assert!(echoed.chars().all(|c| c == 'é'));
 
     // Control characters do not count against the bound.
-    let padded = GatewayError::UnknownTool {
-        name: format!("{}{}", "\n".repeat(500), "y".repeat(300)),
-    };
-    assert_eq!(
-        padded.public_message(),
-        format!("Unknown tool: {}", "y".repeat(200))
-    );
+    let padded = GatewayError::UnknownTool { name: format!("{}{}", "\n".repeat(500), "y".repeat(300)) };
+    assert_eq!(padded.public_message(), format!("Unknown tool: {}", "y".repeat(200)));
 }
 
 #[test]
 fn field_error_displays_as_path_and_rule() {
-    assert_eq!(
-        field("params.arguments.x", "expected u32").to_string(),
-        "params.arguments.x: expected u32"
-    );
+    assert_eq!(field("params.arguments.x", "expected u32").to_string(), "params.arguments.x: expected u32");
 }

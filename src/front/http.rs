@@ -31,9 +31,7 @@ use super::{Answer, Ctx, Front, Payload};
 use crate::config::is_loopback_host;
 use crate::error::{FieldError, GatewayError, WireEra};
 use crate::pipeline::Principal;
-use crate::protocol::jsonrpc::{
-    self, Incoming, Message, Notification, Request, RequestId, parse_params,
-};
+use crate::protocol::jsonrpc::{self, Incoming, Message, Notification, Request, RequestId, parse_params};
 use crate::protocol::{ProtocolVersion, header as mcp_header, meta, sse};
 use crate::upstream::{Inbound, Relay};
 
@@ -44,6 +42,7 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/healthz", get(super::ops::healthz))
         .route("/readyz", get(super::ops::readyz))
         .route("/metrics", get(super::ops::metrics))
+        .route("/metrics.json", get(super::ops::metrics_json))
         .with_state(front)
 }
 
@@ -56,9 +55,7 @@ async fn mcp_post(State(front): State<Arc<Front>>, headers: HeaderMap, body: Bod
         return front.reject(&GatewayError::UnsupportedMediaType);
     }
     if !accepts(&headers, "application/json") || !accepts(&headers, "text/event-stream") {
-        return front.reject(&GatewayError::NotAcceptable(
-            "both application/json and text/event-stream",
-        ));
+        return front.reject(&GatewayError::NotAcceptable("both application/json and text/event-stream"));
     }
     let bytes = match axum::body::to_bytes(body, front.settings.max_body_bytes).await {
         Ok(bytes) => bytes,
@@ -67,11 +64,7 @@ async fn mcp_post(State(front): State<Arc<Front>>, headers: HeaderMap, body: Bod
     let incoming = match jsonrpc::parse_body(&bytes) {
         Ok(incoming) => incoming,
         Err(rejected) => {
-            return front.reject_with_id(
-                WireEra::Legacy,
-                rejected.id.as_ref().map(|id| id.raw()),
-                &rejected.error,
-            );
+            return front.reject_with_id(WireEra::Legacy, rejected.id.as_ref().map(|id| id.raw()), &rejected.error);
         }
     };
     match incoming {
@@ -79,9 +72,7 @@ async fn mcp_post(State(front): State<Arc<Front>>, headers: HeaderMap, body: Bod
         Incoming::Single(Message::Request(req)) if modern_envelope(&req).is_some() => {
             front.modern(&headers, principal, req).await
         }
-        Incoming::Single(Message::Request(req)) if req.method == "initialize" => {
-            front.initialize(principal, req)
-        }
+        Incoming::Single(Message::Request(req)) if req.method == "initialize" => front.initialize(principal, req),
         other => front.legacy(&headers, principal, other).await,
     }
 }
@@ -102,11 +93,7 @@ async fn mcp_get(State(front): State<Arc<Front>>, headers: HeaderMap) -> Respons
     let (stream_id, rx) = session.open_stream();
     let priming = stream::once(async move { sse::priming_event(&format!("{stream_id}-0"), 3000) });
     let messages = tokio_stream_from(rx);
-    sse_response(
-        StatusCode::OK,
-        with_keep_alive(priming.chain(messages), front.settings.keep_alive),
-        None,
-    )
+    sse_response(StatusCode::OK, with_keep_alive(priming.chain(messages), front.settings.keep_alive), None)
 }
 
 async fn mcp_delete(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
@@ -118,10 +105,7 @@ async fn mcp_delete(State(front): State<Arc<Front>>, headers: HeaderMap) -> Resp
         Ok(session) => {
             front.sessions.remove(&session.id);
             tracing::debug!(session = %&session.id[..8], "session ended by client");
-            Response::builder()
-                .status(StatusCode::OK)
-                .body(Body::empty())
-                .expect("static response")
+            Response::builder().status(StatusCode::OK).body(Body::empty()).expect("static response")
         }
         Err(e) => front.reject(&e),
     }
@@ -167,25 +151,13 @@ impl Front {
                 return Err(GatewayError::OriginForbidden);
             }
         }
-        self.auth.authenticate(
-            headers
-                .get(header::AUTHORIZATION)
-                .map(HeaderValue::as_bytes),
-        )
+        self.auth.authenticate(headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes))
     }
 
-    fn session(
-        &self,
-        headers: &HeaderMap,
-        principal: &Principal,
-    ) -> Result<Arc<Session>, GatewayError> {
-        let id = headers
-            .get(mcp_header::SESSION_ID)
-            .ok_or(GatewayError::SessionRequired)?;
+    fn session(&self, headers: &HeaderMap, principal: &Principal) -> Result<Arc<Session>, GatewayError> {
+        let id = headers.get(mcp_header::SESSION_ID).ok_or(GatewayError::SessionRequired)?;
         let id = id.to_str().map_err(|_| GatewayError::SessionNotFound)?;
-        self.sessions
-            .get(id, principal)
-            .ok_or(GatewayError::SessionNotFound)
+        self.sessions.get(id, principal).ok_or(GatewayError::SessionNotFound)
     }
 
     fn initialize(&self, principal: Principal, req: Request) -> Response {
@@ -206,42 +178,29 @@ impl Front {
         // Legacy negotiation: the same version if we speak it, else our latest legacy one —
         // including for 2026-07-28, which has no initialize.
         let version = ProtocolVersion::negotiate_legacy(&params.protocol_version);
-        let session = self
-            .sessions
-            .insert(Session::new(version, principal, params.capabilities));
+        let session = self.sessions.insert(Session::new(version, principal, params.capabilities));
         tracing::debug!(session = %&session.id[..8], version = %version, "session started");
         self.metrics.count_request("initialize", "ok");
         let result = jsonrpc::raw(&self.initialize_result(version));
-        let mut response =
-            json_response(StatusCode::OK, jsonrpc::result_bytes(req.id.raw(), &result));
+        let mut response = json_response(StatusCode::OK, jsonrpc::result_bytes(req.id.raw(), &result));
         if let Ok(v) = HeaderValue::from_str(&session.id) {
             response.headers_mut().insert(mcp_header::SESSION_ID, v);
         }
         response
     }
 
-    async fn legacy(
-        self: &Arc<Self>,
-        headers: &HeaderMap,
-        principal: Principal,
-        incoming: Incoming,
-    ) -> Response {
+    async fn legacy(self: &Arc<Self>, headers: &HeaderMap, principal: Principal, incoming: Incoming) -> Response {
         // Rejections below still echo the request's id when there is one.
         let id = match &incoming {
             Incoming::Single(Message::Request(req)) => Some(req.id.clone()),
             _ => None,
         };
         let id = id.as_ref().map(RequestId::raw);
-        let header_version = headers
-            .get(mcp_header::PROTOCOL_VERSION)
-            .map(|v| v.to_str().unwrap_or("?"));
+        let header_version = headers.get(mcp_header::PROTOCOL_VERSION).map(|v| v.to_str().unwrap_or("?"));
         if header_version == Some(ProtocolVersion::MODERN.as_str()) {
             let e = GatewayError::InvalidEnvelope(FieldError {
                 path: "params._meta".into(),
-                rule: format!(
-                    "a 2026-07-28 request must carry {:?} in params._meta",
-                    meta::PROTOCOL_VERSION
-                ),
+                rule: format!("a 2026-07-28 request must carry {:?} in params._meta", meta::PROTOCOL_VERSION),
             });
             return self.reject_with_id(WireEra::Modern, id, &e);
         }
@@ -251,9 +210,7 @@ impl Front {
         };
         if let Some(v) = header_version {
             if ProtocolVersion::parse(v).is_none_or(ProtocolVersion::is_modern) {
-                let e = GatewayError::UnsupportedProtocolVersion {
-                    requested: v.to_string(),
-                };
+                let e = GatewayError::UnsupportedProtocolVersion { requested: v.to_string() };
                 return self.reject_with_id(WireEra::Legacy, id, &e);
             }
         }
@@ -376,9 +333,7 @@ impl Front {
     pub(super) fn on_response(&self, session: &Session, response: jsonrpc::Response) {
         let id: Value = response.id.to_value();
         let key = id.as_str().map_or_else(|| id.to_string(), str::to_string);
-        let parse = |raw: Option<Box<RawValue>>| {
-            raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
-        };
+        let parse = |raw: Option<Box<RawValue>>| raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok());
         let answer = match (parse(response.result), parse(response.error)) {
             (Some(result), None) => Ok(result),
             (_, Some(error)) => Err(error),
@@ -396,15 +351,9 @@ impl Front {
             match item {
                 Ok(Message::Request(req)) if req.method == "initialize" => {
                     let e = GatewayError::InvalidRequest("initialize must not be part of a batch");
-                    answers.push(
-                        self.error_answer(WireEra::Legacy, Some(req.id.raw()), &e)
-                            .body
-                            .into_vec(),
-                    );
+                    answers.push(self.error_answer(WireEra::Legacy, Some(req.id.raw()), &e).body.into_vec());
                 }
-                Ok(Message::Request(req)) => {
-                    answers.push(self.answer(ctx, req).await.body.into_vec())
-                }
+                Ok(Message::Request(req)) => answers.push(self.answer(ctx, req).await.body.into_vec()),
                 Ok(Message::Notification(n)) => {
                     if let Some(session) = &ctx.session {
                         self.on_notification(session, &n);
@@ -417,11 +366,7 @@ impl Front {
                 }
                 Err(rejected) => {
                     let id = rejected.id.as_ref().map(|id| id.raw());
-                    answers.push(
-                        self.error_answer(WireEra::Legacy, id, &rejected.error)
-                            .body
-                            .into_vec(),
-                    );
+                    answers.push(self.error_answer(WireEra::Legacy, id, &rejected.error).body.into_vec());
                 }
             }
         }
@@ -454,12 +399,7 @@ impl Front {
     }
 
     /// 2026-07-28: validated in the digest's order — envelope, headers, version, method.
-    async fn modern(
-        self: &Arc<Self>,
-        headers: &HeaderMap,
-        principal: Principal,
-        req: Request,
-    ) -> Response {
+    async fn modern(self: &Arc<Self>, headers: &HeaderMap, principal: Principal, req: Request) -> Response {
         if let Err(e) = check_modern(headers, &req) {
             self.metrics.count_request(&req.method, e.class());
             return self.reject_with_id(WireEra::Modern, Some(req.id.raw()), &e);
@@ -470,7 +410,8 @@ impl Front {
         // A client disconnect is the cancellation in 2026-07-28: dropping the stream does it.
         let (relay, inbound) = Relay::channel();
         let wants_logs = modern_envelope(&req).is_some_and(|m| m.log_level.is_some());
-        let ctx = Ctx::modern(principal, Some(relay), wants_logs);
+        let mut ctx = Ctx::modern(principal, Some(relay), wants_logs);
+        ctx.baggage_session = headers.get("baggage").and_then(|v| v.to_str().ok()).and_then(baggage_session);
         self.respond(ctx, req, inbound, None).await
     }
 
@@ -525,11 +466,7 @@ impl Front {
                     let now = catalog.borrow_and_update().view_hashes;
                     let mut frames = Vec::new();
                     for (changed, on, method) in [
-                        (
-                            now.tools != last.tools,
-                            wanted.tools_list_changed,
-                            "notifications/tools/list_changed",
-                        ),
+                        (now.tools != last.tools, wanted.tools_list_changed, "notifications/tools/list_changed"),
                         (
                             now.resources != last.resources,
                             wanted.resources_list_changed,
@@ -542,8 +479,7 @@ impl Front {
                         ),
                     ] {
                         if changed && on {
-                            let body =
-                                jsonrpc::notification_bytes(method, &json!({ "_meta": tag }));
+                            let body = jsonrpc::notification_bytes(method, &json!({ "_meta": tag }));
                             frames.push(sse::message_event(None, &body));
                         }
                     }
@@ -555,11 +491,7 @@ impl Front {
             }
         })
         .flatten();
-        sse_response(
-            StatusCode::OK,
-            with_keep_alive(ack.chain(changes), self.settings.keep_alive),
-            None,
-        )
+        sse_response(StatusCode::OK, with_keep_alive(ack.chain(changes), self.settings.keep_alive), None)
     }
 
     fn reject(&self, e: &GatewayError) -> Response {
@@ -570,28 +502,22 @@ impl Front {
         let Answer { status, body } = self.error_answer(era, id, e);
         let mut response = json_response(status, body);
         if matches!(e, GatewayError::Unauthenticated) {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"gatehouse\""),
-            );
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gatehouse\""));
         }
         response
     }
 }
 
 fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), GatewayError> {
-    let envelope =
-        modern_envelope(req).ok_or(GatewayError::InvalidRequest("missing _meta envelope"))?;
-    let version = envelope
-        .version
-        .as_ref()
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            GatewayError::InvalidEnvelope(FieldError {
-                path: format!("params._meta.{}", meta::PROTOCOL_VERSION),
-                rule: "expected a string".into(),
-            })
-        })?;
+    let envelope = modern_envelope(req).ok_or(GatewayError::InvalidRequest("missing _meta envelope"))?;
+    let version = envelope.version.as_ref().and_then(Value::as_str).ok_or_else(|| {
+        GatewayError::InvalidEnvelope(FieldError {
+            path: format!("params._meta.{}", meta::PROTOCOL_VERSION),
+            rule: "expected a string".into(),
+        })
+    })?;
     if !envelope.capabilities.as_ref().is_some_and(Value::is_object) {
         return Err(GatewayError::InvalidEnvelope(FieldError {
             path: format!("params._meta.{}", meta::CLIENT_CAPABILITIES),
@@ -603,9 +529,7 @@ fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), GatewayError> 
         return Err(GatewayError::HeaderMismatch("MCP-Protocol-Version"));
     }
     if !ProtocolVersion::parse(version).is_some_and(ProtocolVersion::is_modern) {
-        return Err(GatewayError::UnsupportedProtocolVersion {
-            requested: version.to_string(),
-        });
+        return Err(GatewayError::UnsupportedProtocolVersion { requested: version.to_string() });
     }
     if header(mcp_header::METHOD) != Some(req.method.as_str()) {
         return Err(GatewayError::HeaderMismatch("Mcp-Method"));
@@ -629,6 +553,18 @@ fn check_modern(headers: &HeaderMap, req: &Request) -> Result<(), GatewayError> 
         }
     }
     Ok(())
+}
+
+/// W3C baggage `session.id` (`key=value[;properties],…`, values percent-encoded).
+fn baggage_session(baggage: &str) -> Option<String> {
+    baggage
+        .split(',')
+        .find_map(|member| {
+            let (key, value) = member.split(';').next()?.split_once('=')?;
+            (key.trim() == "session.id")
+                .then(|| percent_encoding::percent_decode_str(value.trim()).decode_utf8_lossy().into_owned())
+        })
+        .filter(|id| !id.is_empty() && id.len() <= 256)
 }
 
 /// `=?base64?…?=` carries values that are not plain visible ASCII.
@@ -665,11 +601,7 @@ fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            ct.split(';')
-                .next()
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-        })
+        .is_some_and(|ct| ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")))
 }
 
 /// Whether `Accept` admits `mime` (`*/*` and `type/*` count). A missing header admits all.
@@ -678,44 +610,31 @@ fn accepts(headers: &HeaderMap, mime: &str) -> bool {
         return true;
     };
     let family = mime.split('/').next().unwrap_or("");
-    accept
-        .split(',')
-        .map(|part| part.split(';').next().unwrap_or("").trim())
-        .any(|m| {
-            m == "*/*"
-                || m.eq_ignore_ascii_case(mime)
-                || m.strip_suffix("/*")
-                    .is_some_and(|f| f.eq_ignore_ascii_case(family))
-        })
+    accept.split(',').map(|part| part.split(';').next().unwrap_or("").trim()).any(|m| {
+        m == "*/*"
+            || m.eq_ignore_ascii_case(mime)
+            || m.strip_suffix("/*").is_some_and(|f| f.eq_ignore_ascii_case(family))
+    })
 }
 
 fn json_response(status: StatusCode, body: impl Into<Payload>) -> Response {
-    let builder = Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, "application/json");
+    let builder = Response::builder().status(status).header(header::CONTENT_TYPE, "application/json");
     let response = match body.into() {
         Payload::One(bytes) => builder.body(Body::from(bytes)),
         // Shared chunks go out as they are; the length header keeps it one fixed-size body.
         chunks @ Payload::Chunks(_) => {
             let length = chunks.len();
-            let Payload::Chunks(parts) = chunks else {
-                unreachable!("matched above")
-            };
+            let Payload::Chunks(parts) = chunks else { unreachable!("matched above") };
             builder
                 .header(header::CONTENT_LENGTH, length)
-                .body(Body::from_stream(stream::iter(
-                    parts.into_iter().map(Ok::<Bytes, Infallible>),
-                )))
+                .body(Body::from_stream(stream::iter(parts.into_iter().map(Ok::<Bytes, Infallible>))))
         }
     };
     response.expect("static response parts")
 }
 
 fn accepted() -> Response {
-    Response::builder()
-        .status(StatusCode::ACCEPTED)
-        .body(Body::empty())
-        .expect("static response parts")
+    Response::builder().status(StatusCode::ACCEPTED).body(Body::empty()).expect("static response parts")
 }
 
 fn sse_response(
@@ -731,9 +650,7 @@ fn sse_response(
     if let Some(session) = session {
         builder = builder.header(mcp_header::SESSION_ID, session);
     }
-    builder
-        .body(Body::from_stream(frames.map(Ok::<Bytes, Infallible>)))
-        .expect("static response parts")
+    builder.body(Body::from_stream(frames.map(Ok::<Bytes, Infallible>))).expect("static response parts")
 }
 
 /// Interleaves SSE comment frames so idle proxies keep the connection open.
@@ -755,9 +672,7 @@ fn with_keep_alive(
         .filter_map(std::future::ready)
 }
 
-fn tokio_stream_from(
-    mut rx: tokio::sync::mpsc::Receiver<Bytes>,
-) -> impl Stream<Item = Bytes> + Send + 'static {
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> impl Stream<Item = Bytes> + Send + 'static {
     stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -768,20 +683,10 @@ mod tests {
     #[test]
     fn loopback_origins_pass_and_others_need_listing() {
         let allowed = vec!["https://app.example.com".to_string()];
-        for ok in [
-            "http://localhost:3000",
-            "http://127.0.0.1",
-            "https://[::1]:8443",
-            "https://app.example.com/",
-        ] {
+        for ok in ["http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443", "https://app.example.com/"] {
             assert!(origin_allowed(ok, &allowed), "{ok}");
         }
-        for bad in [
-            "http://evil.example.com",
-            "null",
-            "http://localhost.evil.com",
-            "file://localhost",
-        ] {
+        for bad in ["http://evil.example.com", "null", "http://localhost.evil.com", "file://localhost"] {
             assert!(!origin_allowed(bad, &allowed), "{bad}");
         }
     }
@@ -796,10 +701,7 @@ mod tests {
     #[test]
     fn accept_header_matching() {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         assert!(accepts(&h, "application/json") && accepts(&h, "text/event-stream"));
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
         assert!(!accepts(&h, "text/event-stream"));
@@ -807,6 +709,14 @@ mod tests {
         assert!(accepts(&h, "text/event-stream"));
         h.insert(header::ACCEPT, HeaderValue::from_static("text/*;q=0.5"));
         assert!(accepts(&h, "text/event-stream"));
+    }
+
+    #[test]
+    fn baggage_session_ids_are_found_and_decoded() {
+        assert_eq!(baggage_session("userId=alice,session.id=conv%2042;p=1").as_deref(), Some("conv 42"));
+        assert_eq!(baggage_session("session.id = abc ").as_deref(), Some("abc"));
+        assert_eq!(baggage_session("userId=alice"), None);
+        assert_eq!(baggage_session("session.id="), None);
     }
 
     #[test]

@@ -26,24 +26,15 @@ struct ListParams {
 impl Front {
     /// Serves a listing from the current snapshot's pre-serialised bytes: no upstream I/O and
     /// no re-serialisation of the catalog per request.
-    pub(super) async fn list(
-        &self,
-        ctx: &Ctx,
-        kind: List,
-        params: Option<&RawValue>,
-    ) -> Result<Reply, GatewayError> {
+    pub(super) async fn list(&self, ctx: &Ctx, kind: List, params: Option<&RawValue>) -> Result<Reply, GatewayError> {
         let ListParams { cursor } = parse_params(params)?;
         if cursor.is_some() {
             // We never hand out cursors (every list is one page), so any cursor is stale.
-            return Err(invalid(
-                "params.cursor",
-                "unknown cursor: lists are served as a single page",
-            ));
+            return Err(invalid("params.cursor", "unknown cursor: lists are served as a single page"));
         }
         self.warm_up().await;
         let snapshot = self.catalog.snapshot();
         let (key, items) = match kind {
-            List::Tools => ("tools", &snapshot.tools_json),
             List::Resources => ("resources", &snapshot.resources_json),
             List::Templates => ("resourceTemplates", &snapshot.templates_json),
             List::Prompts => ("prompts", &snapshot.prompts_json),
@@ -65,15 +56,15 @@ impl Front {
         Ok(Reply::Chunks(vec![head, items.bytes(), Bytes::from(tail)]))
     }
 
-    pub(super) async fn tools_call(
-        &self,
-        ctx: &Ctx,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, GatewayError> {
+    pub(super) async fn tools_call(&self, ctx: &Ctx, params: Option<&RawValue>) -> Result<Box<RawValue>, GatewayError> {
         let mut params: Map<String, Value> = parse_params(params)?;
         let name = take_string(&mut params, "name")?;
         if params.get("arguments").is_some_and(|a| !a.is_object()) {
             return Err(invalid("params.arguments", "expected an object"));
+        }
+        let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        if let Some(result) = self.own_tool(ctx, &name, arguments).await {
+            return result;
         }
         strip_protocol_meta(ctx, &mut params);
         self.warm_up().await;
@@ -88,10 +79,7 @@ impl Front {
                     via: ctx.via(),
                 })
                 .await?;
-            match self
-                .bridge_input_required(ctx, &result, &mut rounds)
-                .await?
-            {
+            match self.bridge_input_required(ctx, &result, &mut rounds).await? {
                 Some((responses, state)) => retry_with(&mut params, responses, state),
                 None => return Ok(self.finish_raw(ctx, result)),
             }
@@ -118,26 +106,15 @@ impl Front {
             return Ok(None);
         }
         *rounds += 1;
-        let relay = ctx
-            .relay
-            .as_ref()
-            .filter(|_| *rounds <= MAX_INPUT_ROUNDS)
-            .ok_or_else(|| GatewayError::UpstreamError {
+        let relay =
+            ctx.relay.as_ref().filter(|_| *rounds <= MAX_INPUT_ROUNDS).ok_or_else(|| GatewayError::UpstreamError {
                 namespace: "input".into(),
                 source: Some("input rounds exhausted or no stream to ask the agent on".into()),
             })?;
         let mut responses = Map::new();
-        let requests = parsed
-            .get("inputRequests")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        let requests = parsed.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
         for (key, request) in requests {
-            let method = request
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
+            let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
             let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
             let Some(answer) = relay.request(method, params) else {
                 continue;
@@ -159,23 +136,19 @@ impl Front {
         let uri = take_string(&mut params, "uri")?;
         self.warm_up().await;
         let snapshot = self.catalog.snapshot();
-        let route = snapshot.resource(&uri).map_err(|miss| {
-            miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.clone() })
-        })?;
+        let route = snapshot
+            .resource(&uri)
+            .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.clone() }))?;
         params.insert("uri".into(), json!(&*route.name));
         strip_protocol_meta(ctx, &mut params);
-        let raw = self
-            .pipeline
-            .forward(&route, "resources/read", params, ctx.via())
-            .await
-            .map_err(|e| match e {
-                // 2026-07-28 upstreams say "not found" with -32602; either way the agent gets
-                // the not-found of its own era, naming its own URI.
-                GatewayError::ResourceNotFound { .. } | GatewayError::InvalidParams(_) => {
-                    GatewayError::ResourceNotFound { uri: uri.clone() }
-                }
-                other => other,
-            })?;
+        let raw = self.pipeline.forward(&route, "resources/read", params, ctx.via()).await.map_err(|e| match e {
+            // 2026-07-28 upstreams say "not found" with -32602; either way the agent gets
+            // the not-found of its own era, naming its own URI.
+            GatewayError::ResourceNotFound { .. } | GatewayError::InvalidParams(_) => {
+                GatewayError::ResourceNotFound { uri: uri.clone() }
+            }
+            other => other,
+        })?;
         // Contents name the upstream's URIs; agents must see the exposed ones.
         let mut result: Value = serde_json::from_str(raw.get()).map_err(GatewayError::internal)?;
         if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
@@ -201,39 +174,21 @@ impl Front {
             .snapshot()
             .prompt(&name)
             .cloned()
-            .map_err(|miss| {
-                miss_error(miss, || GatewayError::UnknownPrompt { name: name.clone() })
-            })?;
+            .map_err(|miss| miss_error(miss, || GatewayError::UnknownPrompt { name: name.clone() }))?;
         params.insert("name".into(), json!(&*route.name));
         strip_protocol_meta(ctx, &mut params);
-        let raw = self
-            .pipeline
-            .forward(&route, "prompts/get", params, ctx.via())
-            .await?;
+        let raw = self.pipeline.forward(&route, "prompts/get", params, ctx.via()).await?;
         Ok(self.finish_raw(ctx, raw))
     }
 
     /// `completion/complete` routes by the prompt or resource its `ref` names.
-    pub(super) async fn complete(
-        &self,
-        ctx: &Ctx,
-        params: Option<&RawValue>,
-    ) -> Result<Box<RawValue>, GatewayError> {
+    pub(super) async fn complete(&self, ctx: &Ctx, params: Option<&RawValue>) -> Result<Box<RawValue>, GatewayError> {
         let mut params: Map<String, Value> = parse_params(params)?;
         let reference = params
             .get_mut("ref")
             .and_then(Value::as_object_mut)
-            .ok_or_else(|| {
-                invalid(
-                    "params.ref",
-                    "required: an object with type and name or uri",
-                )
-            })?;
-        let kind = reference
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+            .ok_or_else(|| invalid("params.ref", "required: an object with type and name or uri"))?;
+        let kind = reference.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
         self.warm_up().await;
         let snapshot = self.catalog.snapshot();
         let (field, route): (&str, Route) = match kind.as_str() {
@@ -245,11 +200,8 @@ impl Front {
                 let route = snapshot.prompt(name).cloned();
                 (
                     "name",
-                    route.map_err(|miss| {
-                        miss_error(miss, || GatewayError::UnknownPrompt {
-                            name: name.to_string(),
-                        })
-                    })?,
+                    route
+                        .map_err(|miss| miss_error(miss, || GatewayError::UnknownPrompt { name: name.to_string() }))?,
                 )
             }
             "ref/resource" => {
@@ -259,26 +211,18 @@ impl Front {
                     .ok_or_else(|| invalid("params.ref.uri", "expected a string"))?;
                 (
                     "uri",
-                    snapshot.resource(uri).map_err(|miss| {
-                        miss_error(miss, || GatewayError::ResourceNotFound {
-                            uri: uri.to_string(),
-                        })
-                    })?,
+                    snapshot
+                        .resource(uri)
+                        .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.to_string() }))?,
                 )
             }
             _ => {
-                return Err(invalid(
-                    "params.ref.type",
-                    "expected \"ref/prompt\" or \"ref/resource\"",
-                ));
+                return Err(invalid("params.ref.type", "expected \"ref/prompt\" or \"ref/resource\""));
             }
         };
         reference.insert(field.into(), json!(&*route.name));
         strip_protocol_meta(ctx, &mut params);
-        let raw = self
-            .pipeline
-            .forward(&route, "completion/complete", params, ctx.via())
-            .await?;
+        let raw = self.pipeline.forward(&route, "completion/complete", params, ctx.via()).await?;
         Ok(self.finish_raw(ctx, raw))
     }
 
@@ -292,22 +236,10 @@ impl Front {
         struct SetLevel {
             level: String,
         }
-        const LEVELS: [&str; 8] = [
-            "debug",
-            "info",
-            "notice",
-            "warning",
-            "error",
-            "critical",
-            "alert",
-            "emergency",
-        ];
+        const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
         let SetLevel { level } = parse_params(params)?;
         if !LEVELS.contains(&level.as_str()) {
-            return Err(invalid(
-                "params.level",
-                "expected an RFC 5424 level such as \"info\" or \"warning\"",
-            ));
+            return Err(invalid("params.level", "expected an RFC 5424 level such as \"info\" or \"warning\""));
         }
         if let Some(session) = &ctx.session {
             session.set_log_level(&level);
@@ -327,10 +259,7 @@ impl Front {
 }
 
 fn invalid(path: &str, rule: &str) -> GatewayError {
-    GatewayError::InvalidParams(FieldError {
-        path: path.into(),
-        rule: rule.into(),
-    })
+    GatewayError::InvalidParams(FieldError { path: path.into(), rule: rule.into() })
 }
 
 fn take_string(params: &mut Map<String, Value>, key: &str) -> Result<String, GatewayError> {
@@ -350,12 +279,7 @@ fn strip_protocol_meta(ctx: &Ctx, params: &mut Map<String, Value>) {
     let capabilities = legacy_session.and_then(|session| {
         let declared: Map<String, Value> = super::RELAYABLE_CAPABILITIES
             .iter()
-            .filter_map(|c| {
-                session
-                    .client_capabilities
-                    .get(*c)
-                    .map(|v| (c.to_string(), v.clone()))
-            })
+            .filter_map(|c| session.client_capabilities.get(*c).map(|v| (c.to_string(), v.clone())))
             .collect();
         (!declared.is_empty()).then_some(Value::Object(declared))
     });
@@ -372,21 +296,13 @@ fn strip_protocol_meta(ctx: &Ctx, params: &mut Map<String, Value>) {
             meta.insert(meta::LOG_LEVEL.into(), json!(session.log_level()));
         }
     }
-    if params
-        .get("_meta")
-        .and_then(Value::as_object)
-        .is_some_and(Map::is_empty)
-    {
+    if params.get("_meta").and_then(Value::as_object).is_some_and(Map::is_empty) {
         params.remove("_meta");
     }
 }
 
 /// Adds MRTR answers and the echoed state to the params for the retry.
-fn retry_with(
-    params: &mut Map<String, Value>,
-    responses: Map<String, Value>,
-    state: Option<Value>,
-) {
+fn retry_with(params: &mut Map<String, Value>, responses: Map<String, Value>, state: Option<Value>) {
     params.insert("inputResponses".into(), Value::Object(responses));
     match state {
         Some(state) => params.insert("requestState".into(), state),

@@ -4,6 +4,7 @@
 //! [`Front::answer`] is the method table shared by every transport and era; transports only
 //! decide the era, find the session and frame the bytes. See README.md here for the decisions.
 
+mod gated;
 pub mod http;
 mod methods;
 pub mod ops;
@@ -22,6 +23,8 @@ use tokio::sync::watch;
 use crate::catalog::Catalog;
 use crate::config::{Config, InboundAuth, is_loopback_host};
 use crate::error::{GatewayError, WireEra};
+use crate::gate::Gate;
+use crate::gate::tails::Tails;
 use crate::pipeline::{Authenticator, Pipeline, Principal};
 use crate::protocol::jsonrpc::{self, Request};
 use crate::protocol::{ProtocolVersion, meta};
@@ -54,6 +57,8 @@ pub struct Ctx {
     pub relay: Option<Relay>,
     /// Whether the agent wants `notifications/message` (2026-07-28: only if it set a logLevel).
     pub wants_logs: bool,
+    /// W3C baggage `session.id`, a 2026-07-28 agent's way to name its conversation.
+    pub baggage_session: Option<String>,
 }
 
 impl Ctx {
@@ -64,26 +69,18 @@ impl Ctx {
             session: Some(session),
             relay,
             wants_logs: true,
+            baggage_session: None,
         }
     }
 
     /// How this request's upstream calls travel: its relay, and its session for per-client
     /// upstreams.
     pub fn via(&self) -> Via<'_> {
-        Via {
-            relay: self.relay.as_ref(),
-            session: self.session.as_ref().map(|s| &s.id),
-        }
+        Via { relay: self.relay.as_ref(), session: self.session.as_ref().map(|s| &s.id) }
     }
 
     pub fn modern(principal: Principal, relay: Option<Relay>, wants_logs: bool) -> Self {
-        Self {
-            era: Era::Modern,
-            principal,
-            session: None,
-            relay,
-            wants_logs,
-        }
+        Self { era: Era::Modern, principal, session: None, relay, wants_logs, baggage_session: None }
     }
 }
 
@@ -121,6 +118,8 @@ pub struct Front {
     pub upstreams: Arc<[Arc<Upstream>]>,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
+    pub gate: Gate,
+    tails: Tails,
     first_loads: Vec<watch::Receiver<bool>>,
     warm: AtomicBool,
     server_info: Value,
@@ -206,10 +205,7 @@ impl Front {
             keep_alive: Duration::from_secs(15),
             list_ttl: g.manifest_ttl,
             cold_start_wait: g.cold_start_wait,
-            instructions: g
-                .instructions
-                .clone()
-                .unwrap_or_else(|| default_instructions(config)),
+            instructions: g.instructions.clone().unwrap_or_else(|| default_instructions(config)),
         };
         if matches!(g.auth, InboundAuth::Disabled { .. }) {
             tracing::warn!(
@@ -218,6 +214,7 @@ impl Front {
                 g.port
             );
         }
+        let namer = catalog.namer().clone();
         Self {
             settings,
             auth: Authenticator::new(&g.auth),
@@ -225,6 +222,8 @@ impl Front {
             catalog,
             upstreams,
             sessions: Sessions::new(g.session_idle_timeout, g.max_sessions, ended_sessions),
+            gate: Gate::new(config, namer, metrics.clone()),
+            tails: Tails::new(config.gating.session_tail_max, config.gating.max_conversations),
             metrics,
             first_loads,
             warm: AtomicBool::new(false),
@@ -234,15 +233,11 @@ impl Front {
 
     /// Answers one request: the method table, the era's result decoration, the error mapping.
     pub async fn answer(&self, ctx: &Ctx, request: Request) -> Answer {
-        let result = self
-            .call(ctx, &request.method, request.params.as_deref())
-            .await;
+        let result = self.call(ctx, &request.method, request.params.as_deref()).await;
         let outcome = result.as_ref().map_or_else(GatewayError::class, |_| "ok");
         self.metrics.count_request(&request.method, outcome);
         let body = match result {
-            Ok(Reply::Raw(result)) => {
-                Payload::One(jsonrpc::result_bytes(request.id.raw(), &result))
-            }
+            Ok(Reply::Raw(result)) => Payload::One(jsonrpc::result_bytes(request.id.raw(), &result)),
             Ok(Reply::Chunks(parts)) => {
                 let mut head = b"{\"jsonrpc\":\"2.0\",\"id\":".to_vec();
                 head.extend_from_slice(request.id.raw().get().as_bytes());
@@ -255,35 +250,21 @@ impl Front {
             }
             Err(e) => return self.error_answer(ctx.era.wire(), Some(request.id.raw()), &e),
         };
-        Answer {
-            status: ::http::StatusCode::OK,
-            body,
-        }
+        Answer { status: ::http::StatusCode::OK, body }
     }
 
     pub fn error_answer(&self, era: WireEra, id: Option<&RawValue>, e: &GatewayError) -> Answer {
-        if matches!(
-            e,
-            GatewayError::Internal(_) | GatewayError::UpstreamError { .. }
-        ) {
+        if matches!(e, GatewayError::Internal(_) | GatewayError::UpstreamError { .. }) {
             tracing::warn!(error = %e, source = ?std::error::Error::source(e), "request failed");
         }
-        Answer {
-            status: e.http_status(era),
-            body: Payload::One(jsonrpc::error_bytes(id, &e.to_rpc_error(era))),
-        }
+        Answer { status: e.http_status(era), body: Payload::One(jsonrpc::error_bytes(id, &e.to_rpc_error(era))) }
     }
 
-    async fn call(
-        &self,
-        ctx: &Ctx,
-        method: &str,
-        params: Option<&RawValue>,
-    ) -> Result<Reply, GatewayError> {
+    async fn call(&self, ctx: &Ctx, method: &str, params: Option<&RawValue>) -> Result<Reply, GatewayError> {
         let raw = match method {
             "ping" if ctx.era != Era::Modern => Ok(jsonrpc::raw(&json!({}))),
             "server/discover" => Ok(self.finish(ctx, self.discover())),
-            "tools/list" => return self.list(ctx, List::Tools, params).await,
+            "tools/list" => return self.list_tools(ctx, params).await,
             "resources/list" => return self.list(ctx, List::Resources, params).await,
             "resources/templates/list" => return self.list(ctx, List::Templates, params).await,
             "prompts/list" => return self.list(ctx, List::Prompts, params).await,
@@ -311,11 +292,7 @@ impl Front {
                 };
                 wanted.then(|| jsonrpc::notification_bytes(&method, &params))
             }
-            Inbound::Request {
-                method,
-                params,
-                respond,
-            } => {
+            Inbound::Request { method, params, respond } => {
                 if method == "ping" {
                     let _ = respond.send(Ok(json!({})));
                     return None;
@@ -324,7 +301,11 @@ impl Front {
                 match (session, capability_for(&method)) {
                     (Some(session), Some(capability)) if session.declared(capability) => {
                         let id = session.expect_answer(respond);
-                        Some(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string().into_bytes())
+                        Some(
+                            json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+                                .to_string()
+                                .into_bytes(),
+                        )
                     }
                     _ => {
                         let _ = respond.send(Err(crate::upstream::relay::unsupported(&method)));
@@ -341,15 +322,10 @@ impl Front {
         if self.warm.load(Ordering::Relaxed) {
             return;
         }
-        let all = futures_util::future::join_all(self.first_loads.iter().cloned().map(
-            |mut rx| async move {
-                let _ = rx.wait_for(|loaded| *loaded).await;
-            },
-        ));
-        if tokio::time::timeout(self.settings.cold_start_wait, all)
-            .await
-            .is_err()
-        {
+        let all = futures_util::future::join_all(self.first_loads.iter().cloned().map(|mut rx| async move {
+            let _ = rx.wait_for(|loaded| *loaded).await;
+        }));
+        if tokio::time::timeout(self.settings.cold_start_wait, all).await.is_err() {
             tracing::warn!(wait = ?self.settings.cold_start_wait, "serving before every upstream answered its first probe");
         }
         self.warm.store(true, Ordering::Relaxed);
@@ -414,7 +390,6 @@ impl Front {
 
 #[derive(Debug, Clone, Copy)]
 enum List {
-    Tools,
     Resources,
     Templates,
     Prompts,
@@ -442,10 +417,7 @@ fn default_instructions(config: &Config) -> String {
 }
 
 /// The `list_changed` notifications that tell a client its view moved from `before` to `after`.
-pub fn changed_lists(
-    before: crate::catalog::ViewHashes,
-    after: crate::catalog::ViewHashes,
-) -> Vec<&'static str> {
+pub fn changed_lists(before: crate::catalog::ViewHashes, after: crate::catalog::ViewHashes) -> Vec<&'static str> {
     let mut methods = Vec::new();
     if before.tools != after.tools {
         methods.push("notifications/tools/list_changed");

@@ -24,43 +24,24 @@ pub async fn healthz(State(front): State<Arc<Front>>) -> Response {
         "upstreams": upstreams,
         "warnings": snapshot.warnings,
     });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
 /// Ready when at least one upstream serves tools (or none is configured).
 pub async fn readyz(State(front): State<Arc<Front>>) -> Response {
-    let ready = front.upstreams.is_empty()
-        || front
-            .upstreams
-            .iter()
-            .any(|u| u.state() == UpstreamState::Up);
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        if ready {
-            "ready\n"
-        } else {
-            "no upstream is up\n"
-        },
-    )
-        .into_response()
+    let ready = front.upstreams.is_empty() || front.upstreams.iter().any(|u| u.state() == UpstreamState::Up);
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, if ready { "ready\n" } else { "no upstream is up\n" }).into_response()
 }
 
 pub async fn metrics(State(front): State<Arc<Front>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        front.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], front.metrics.render())
         .into_response()
+}
+
+/// `/metrics.json`: the headline gating numbers plus the current core hash.
+pub async fn metrics_json(State(front): State<Arc<Front>>) -> Response {
+    let mut body = front.metrics.json();
+    body["namespaces"] = json!(front.catalog.snapshot().fingerprints.keys().map(|k| k.to_string()).collect::<Vec<_>>());
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }

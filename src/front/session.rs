@@ -68,18 +68,12 @@ impl Session {
 
     /// The agent's log level; legacy servers may log without one, so `info` when unset.
     pub fn log_level(&self) -> String {
-        self.log_level
-            .lock()
-            .expect("session lock poisoned")
-            .clone()
-            .unwrap_or_else(|| "info".into())
+        self.log_level.lock().expect("session lock poisoned").clone().unwrap_or_else(|| "info".into())
     }
 
     /// Whether the agent declared `capability` (e.g. `sampling`) at initialize.
     pub fn declared(&self, capability: &str) -> bool {
-        self.client_capabilities
-            .get(capability)
-            .is_some_and(|c| !c.is_null())
+        self.client_capabilities.get(capability).is_some_and(|c| !c.is_null())
     }
 
     /// Registers a relayed server request; returns the id to send it under.
@@ -96,37 +90,20 @@ impl Session {
     /// Routes the agent's answer (`result` or `error`) to the relayed request it answers.
     /// Returns false for an id we are not waiting on.
     pub fn answer(&self, id: &str, answer: relay::Answer) -> bool {
-        let tx = self
-            .pending
-            .lock()
-            .expect("session lock poisoned")
-            .remove(id);
+        let tx = self.pending.lock().expect("session lock poisoned").remove(id);
         tx.is_some_and(|tx| tx.send(answer).is_ok())
     }
 
     /// Tracks a request so it can be cancelled; the guard forgets it when the request ends.
     pub fn track(self: &Arc<Self>, request_id: &str) -> (CancellationToken, InflightGuard) {
         let token = CancellationToken::new();
-        self.inflight
-            .lock()
-            .expect("session lock poisoned")
-            .insert(request_id.to_string(), token.clone());
-        (
-            token,
-            InflightGuard {
-                session: self.clone(),
-                request_id: request_id.to_string(),
-            },
-        )
+        self.inflight.lock().expect("session lock poisoned").insert(request_id.to_string(), token.clone());
+        (token, InflightGuard { session: self.clone(), request_id: request_id.to_string() })
     }
 
     /// `notifications/cancelled`: stops the named request if it is still running.
     pub fn cancel(&self, request_id: &str) -> bool {
-        let token = self
-            .inflight
-            .lock()
-            .expect("session lock poisoned")
-            .remove(request_id);
+        let token = self.inflight.lock().expect("session lock poisoned").remove(request_id);
         token.map(|t| t.cancel()).is_some()
     }
 
@@ -135,10 +112,7 @@ impl Session {
     }
 
     fn idle_for(&self) -> Duration {
-        self.last_seen
-            .lock()
-            .expect("session lock poisoned")
-            .elapsed()
+        self.last_seen.lock().expect("session lock poisoned").elapsed()
     }
 
     pub fn mark_initialized(&self) {
@@ -163,8 +137,7 @@ impl Session {
         };
         let seq = self.event_seq.fetch_add(1, Ordering::Relaxed) + 1;
         let n = self.streams_opened.load(Ordering::Relaxed);
-        tx.try_send(sse::message_event(Some(&format!("g{n}-{seq}")), message))
-            .is_ok()
+        tx.try_send(sse::message_event(Some(&format!("g{n}-{seq}")), message)).is_ok()
     }
 }
 
@@ -176,11 +149,7 @@ pub struct InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.session
-            .inflight
-            .lock()
-            .expect("session lock poisoned")
-            .remove(&self.request_id);
+        self.session.inflight.lock().expect("session lock poisoned").remove(&self.request_id);
     }
 }
 
@@ -202,12 +171,7 @@ impl Sessions {
     /// `ended` receives the id of every session that ends, however it ends (DELETE, idle
     /// expiry, eviction), so per-client upstream sessions can be closed with it.
     pub fn new(idle_timeout: Duration, max: usize, ended: mpsc::UnboundedSender<Arc<str>>) -> Self {
-        Self {
-            map: RwLock::new(HashMap::new()),
-            idle_timeout,
-            max: max.max(1),
-            ended,
-        }
+        Self { map: RwLock::new(HashMap::new()), idle_timeout, max: max.max(1), ended }
     }
 
     pub fn insert(&self, session: Session) -> Arc<Session> {
@@ -217,15 +181,9 @@ impl Sessions {
             self.retain_live(&mut map);
         }
         if map.len() >= self.max {
-            let oldest = map
-                .iter()
-                .max_by_key(|(_, s)| s.idle_for())
-                .map(|(id, _)| id.clone());
+            let oldest = map.iter().max_by_key(|(_, s)| s.idle_for()).map(|(id, _)| id.clone());
             if let Some(id) = oldest {
-                tracing::warn!(
-                    max = self.max,
-                    "session table full; evicting the least recently used session"
-                );
+                tracing::warn!(max = self.max, "session table full; evicting the least recently used session");
                 map.remove(&id);
                 let _ = self.ended.send(id);
             }
@@ -236,12 +194,7 @@ impl Sessions {
 
     /// The session, if it exists, is not idle-expired, and belongs to `principal`.
     pub fn get(&self, id: &str, principal: &Principal) -> Option<Arc<Session>> {
-        let session = self
-            .map
-            .read()
-            .expect("sessions lock poisoned")
-            .get(id)
-            .cloned()?;
+        let session = self.map.read().expect("sessions lock poisoned").get(id).cloned()?;
         if session.principal != *principal {
             return None;
         }
@@ -254,21 +207,12 @@ impl Sessions {
     }
 
     pub fn remove(&self, id: &str) -> bool {
-        let removed = self
-            .map
-            .write()
-            .expect("sessions lock poisoned")
-            .remove_entry(id);
+        let removed = self.map.write().expect("sessions lock poisoned").remove_entry(id);
         removed.map(|(id, _)| self.ended.send(id)).is_some()
     }
 
     pub fn all(&self) -> Vec<Arc<Session>> {
-        self.map
-            .read()
-            .expect("sessions lock poisoned")
-            .values()
-            .cloned()
-            .collect()
+        self.map.read().expect("sessions lock poisoned").values().cloned().collect()
     }
 
     pub fn len(&self) -> usize {
@@ -304,11 +248,7 @@ mod tests {
     use serde_json::json;
 
     fn session(principal: &str) -> Session {
-        Session::new(
-            ProtocolVersion::V2025_11_25,
-            Principal::new(principal),
-            json!({}),
-        )
+        Session::new(ProtocolVersion::V2025_11_25, Principal::new(principal), json!({}))
     }
 
     #[test]

@@ -35,16 +35,12 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
     let session: Arc<Mutex<Option<Arc<Session>>>> = Arc::default();
     tokio::spawn(list_changed(front.clone(), session.clone(), out.clone()));
 
-    let mut lines = FramedRead::new(
-        tokio::io::stdin(),
-        LinesCodec::new_with_max_length(front.settings.max_body_bytes),
-    );
+    let mut lines = FramedRead::new(tokio::io::stdin(), LinesCodec::new_with_max_length(front.settings.max_body_bytes));
     while let Some(line) = lines.next().await {
         let line = match line {
             Ok(line) => line,
             Err(LinesCodecError::MaxLineLengthExceeded) => {
-                let answer =
-                    front.error_answer(WireEra::Legacy, None, &GatewayError::PayloadTooLarge);
+                let answer = front.error_answer(WireEra::Legacy, None, &GatewayError::PayloadTooLarge);
                 let _ = out.send(answer.body.into_vec()).await;
                 continue;
             }
@@ -57,26 +53,12 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
             Ok(Incoming::Single(message)) => message,
             Ok(Incoming::Batch(_)) => {
                 let e = GatewayError::InvalidRequest("batches are not supported on stdio");
-                let _ = out
-                    .send(
-                        front
-                            .error_answer(WireEra::Legacy, None, &e)
-                            .body
-                            .into_vec(),
-                    )
-                    .await;
+                let _ = out.send(front.error_answer(WireEra::Legacy, None, &e).body.into_vec()).await;
                 continue;
             }
             Err(rejected) => {
                 let id = rejected.id.as_ref().map(|id| id.raw());
-                let _ = out
-                    .send(
-                        front
-                            .error_answer(WireEra::Legacy, id, &rejected.error)
-                            .body
-                            .into_vec(),
-                    )
-                    .await;
+                let _ = out.send(front.error_answer(WireEra::Legacy, id, &rejected.error).body.into_vec()).await;
                 continue;
             }
         };
@@ -94,15 +76,9 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                         let version = ProtocolVersion::negotiate_legacy(&p.protocol_version);
                         let s = Arc::new(Session::new(version, principal.clone(), p.capabilities));
                         *session.lock().expect("stdio session lock") = Some(s);
-                        jsonrpc::result_bytes(
-                            req.id.raw(),
-                            &jsonrpc::raw(&front.initialize_result(version)),
-                        )
+                        jsonrpc::result_bytes(req.id.raw(), &jsonrpc::raw(&front.initialize_result(version)))
                     }
-                    Err(e) => front
-                        .error_answer(WireEra::Legacy, Some(req.id.raw()), &e)
-                        .body
-                        .into_vec(),
+                    Err(e) => front.error_answer(WireEra::Legacy, Some(req.id.raw()), &e).body.into_vec(),
                 };
                 let _ = out.send(body).await;
             }
@@ -116,11 +92,7 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                 let current = session.lock().expect("stdio session lock").clone();
                 let (relay, inbound) = Relay::channel();
                 let ctx = match (envelope, current) {
-                    (Some(meta), _) => Ctx::modern(
-                        principal.clone(),
-                        Some(relay),
-                        meta.get(meta::LOG_LEVEL).is_some(),
-                    ),
+                    (Some(meta), _) => Ctx::modern(principal.clone(), Some(relay), meta.get(meta::LOG_LEVEL).is_some()),
                     (None, Some(s)) => Ctx::legacy(s, principal.clone(), Some(relay)),
                     // A client that skipped initialize is served as the oldest legacy revision.
                     (None, None) => Ctx {
@@ -129,17 +101,11 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                         session: None,
                         relay: Some(relay),
                         wants_logs: true,
+                        baggage_session: None,
                     },
                 };
                 let cancel = ctx.session.as_ref().map(|s| s.track(req.id.raw().get()));
-                tokio::spawn(answer(
-                    front.clone(),
-                    ctx,
-                    req,
-                    inbound,
-                    cancel,
-                    out.clone(),
-                ));
+                tokio::spawn(answer(front.clone(), ctx, req, inbound, cancel, out.clone()));
             }
             Message::Notification(n) => {
                 if let Some(s) = session.lock().expect("stdio session lock").as_ref() {
@@ -198,22 +164,14 @@ async fn answer(
 }
 
 /// Tells the stdio client when the catalog it sees changed (after it initialized).
-async fn list_changed(
-    front: Arc<Front>,
-    session: Arc<Mutex<Option<Arc<Session>>>>,
-    out: mpsc::Sender<Vec<u8>>,
-) {
+async fn list_changed(front: Arc<Front>, session: Arc<Mutex<Option<Arc<Session>>>>, out: mpsc::Sender<Vec<u8>>) {
     let mut catalog = front.catalog.subscribe();
     let mut last = catalog.borrow_and_update().view_hashes;
     while catalog.changed().await.is_ok() {
         let now = catalog.borrow_and_update().view_hashes;
         if session.lock().expect("stdio session lock").is_some() {
             for method in super::changed_lists(last, now) {
-                if out
-                    .send(jsonrpc::notification_bytes(method, &json!({})))
-                    .await
-                    .is_err()
-                {
+                if out.send(jsonrpc::notification_bytes(method, &json!({}))).await.is_err() {
                     return;
                 }
             }

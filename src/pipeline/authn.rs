@@ -30,9 +30,7 @@ impl Authenticator {
     pub fn new(auth: &InboundAuth) -> Self {
         let expected = match auth {
             InboundAuth::Disabled { .. } => None,
-            InboundAuth::Bearer { token, .. } => {
-                Some(Sha256::digest(token.expose().as_bytes()).into())
-            }
+            InboundAuth::Bearer { token, .. } => Some(Sha256::digest(token.expose().as_bytes()).into()),
         };
         Self { expected }
     }
@@ -47,11 +45,7 @@ impl Authenticator {
             return Ok(Principal::new("anonymous"));
         };
         let token = authorization
-            .and_then(|h| {
-                h.get(..7)
-                    .filter(|p| p.eq_ignore_ascii_case(b"bearer "))
-                    .map(|_| &h[7..])
-            })
+            .and_then(|h| h.get(..7).filter(|p| p.eq_ignore_ascii_case(b"bearer ")).map(|_| &h[7..]))
             .ok_or(GatewayError::Unauthenticated)?;
         let presented: [u8; 32] = Sha256::digest(token.trim_ascii()).into();
         if bool::from(presented.ct_eq(expected)) {
@@ -68,10 +62,7 @@ mod tests {
     use crate::config::Secret;
 
     fn bearer(token: &str) -> Authenticator {
-        Authenticator::new(&InboundAuth::Bearer {
-            env: "T".into(),
-            token: Secret::new(token.into()),
-        })
+        Authenticator::new(&InboundAuth::Bearer { env: "T".into(), token: Secret::new(token.into()) })
     }
 
     #[test]
@@ -84,25 +75,14 @@ mod tests {
     #[test]
     fn rejects_missing_wrong_and_malformed_credentials() {
         let auth = bearer("s3cret");
-        for bad in [
-            None,
-            Some(&b"Bearer s3cre"[..]),
-            Some(b"Basic s3cret"),
-            Some(b"s3cret"),
-            Some(b"Bearer"),
-        ] {
-            assert!(
-                matches!(auth.authenticate(bad), Err(GatewayError::Unauthenticated)),
-                "{bad:?}"
-            );
+        for bad in [None, Some(&b"Bearer s3cre"[..]), Some(b"Basic s3cret"), Some(b"s3cret"), Some(b"Bearer")] {
+            assert!(matches!(auth.authenticate(bad), Err(GatewayError::Unauthenticated)), "{bad:?}");
         }
     }
 
     #[test]
     fn disabled_auth_yields_the_anonymous_principal() {
-        let auth = Authenticator::new(&InboundAuth::Disabled {
-            allow_remote: false,
-        });
+        let auth = Authenticator::new(&InboundAuth::Disabled { allow_remote: false });
         assert_eq!(auth.authenticate(None).unwrap().id.as_ref(), "anonymous");
     }
 }

@@ -35,13 +35,7 @@ impl RequestId {
             Some(b'-' | b'0'..=b'9') => text.parse::<i64>().is_ok(),
             _ => false,
         };
-        if valid {
-            Ok(Self(raw))
-        } else {
-            Err(GatewayError::InvalidRequest(
-                "id must be a string or an integer",
-            ))
-        }
+        if valid { Ok(Self(raw)) } else { Err(GatewayError::InvalidRequest("id must be a string or an integer")) }
     }
 }
 
@@ -124,12 +118,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Rejected> {
             if items.is_empty() {
                 return Err(reject(None, GatewayError::InvalidRequest("empty batch")));
             }
-            Ok(Incoming::Batch(
-                items
-                    .iter()
-                    .map(|item| parse_message(item.get().as_bytes()))
-                    .collect(),
-            ))
+            Ok(Incoming::Batch(items.iter().map(|item| parse_message(item.get().as_bytes())).collect()))
         }
         _ => parse_message(body).map(Incoming::Single),
     }
@@ -146,8 +135,7 @@ pub fn parse_message(bytes: &[u8]) -> Result<Message, Rejected> {
         };
         return Err(reject(None, error));
     }
-    let env: Envelope =
-        serde_json::from_slice(bytes).map_err(|e| reject(None, syntax_or(e, "message")))?;
+    let env: Envelope = serde_json::from_slice(bytes).map_err(|e| reject(None, syntax_or(e, "message")))?;
 
     // Read the id first so every later rejection can echo it.
     let id = match env.id {
@@ -155,54 +143,32 @@ pub fn parse_message(bytes: &[u8]) -> Result<Message, Rejected> {
         None => None,
     };
     if env.jsonrpc.as_deref().map(RawValue::get) != Some("\"2.0\"") {
-        return Err(reject(
-            id,
-            GatewayError::InvalidRequest("jsonrpc must be \"2.0\""),
-        ));
+        return Err(reject(id, GatewayError::InvalidRequest("jsonrpc must be \"2.0\"")));
     }
     let method = match env.method {
         Some(raw) => match serde_json::from_str::<String>(raw.get()) {
             Ok(m) => Some(m),
             Err(_) => {
-                return Err(reject(
-                    id,
-                    GatewayError::InvalidRequest("method must be a string"),
-                ));
+                return Err(reject(id, GatewayError::InvalidRequest("method must be a string")));
             }
         },
         None => None,
     };
     if let Some(params) = &env.params {
         if !params.get().starts_with('{') {
-            let error = GatewayError::InvalidParams(FieldError {
-                path: "params".into(),
-                rule: "expected an object".into(),
-            });
+            let error =
+                GatewayError::InvalidParams(FieldError { path: "params".into(), rule: "expected an object".into() });
             return Err(reject(id, error));
         }
     }
 
     match (method, id) {
-        (Some(method), Some(id)) => Ok(Message::Request(Request {
-            id,
-            method,
-            params: env.params,
-        })),
-        (Some(method), None) => Ok(Message::Notification(Notification {
-            method,
-            params: env.params,
-        })),
+        (Some(method), Some(id)) => Ok(Message::Request(Request { id, method, params: env.params })),
+        (Some(method), None) => Ok(Message::Notification(Notification { method, params: env.params })),
         (None, Some(id)) if env.result.is_some() != env.error.is_some() => {
-            Ok(Message::Response(Response {
-                id,
-                result: env.result,
-                error: env.error,
-            }))
+            Ok(Message::Response(Response { id, result: env.result, error: env.error }))
         }
-        (None, id) => Err(reject(
-            id,
-            GatewayError::InvalidRequest("expected a request, notification or response"),
-        )),
+        (None, id) => Err(reject(id, GatewayError::InvalidRequest("expected a request, notification or response"))),
     }
 }
 
@@ -237,19 +203,9 @@ pub fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T,
 /// serde's messages quote the offending value (`invalid type: string "x", expected u32`); keep
 /// only the rule so errors never echo input.
 fn field_error(path: String, message: &str) -> FieldError {
-    if let Some(field) = message
-        .strip_prefix("missing field `")
-        .and_then(|m| m.split('`').next())
-    {
-        let path = if path == "params" {
-            format!("params.{field}")
-        } else {
-            format!("{path}.{field}")
-        };
-        return FieldError {
-            path,
-            rule: "required".into(),
-        };
+    if let Some(field) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
+        let path = if path == "params" { format!("params.{field}") } else { format!("{path}.{field}") };
+        return FieldError { path, rule: "required".into() };
     }
     // The *last* "expected": serde puts the offending value first, and a value may itself
     // contain the word.
@@ -286,15 +242,11 @@ pub fn error_bytes(id: Option<&RawValue>, error: &Value) -> Vec<u8> {
 }
 
 pub fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
-        .to_string()
-        .into_bytes()
+    json!({ "jsonrpc": "2.0", "method": method, "params": params }).to_string().into_bytes()
 }
 
 pub fn request_bytes(id: u64, method: &str, params: &Value) -> Vec<u8> {
-    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
-        .to_string()
-        .into_bytes()
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string().into_bytes()
 }
 
 pub fn raw(value: &Value) -> Box<RawValue> {

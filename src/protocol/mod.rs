@@ -40,8 +40,7 @@ pub enum ProtocolVersion {
 
 impl ProtocolVersion {
     /// Newest first: the order used when negotiating and when naming supported versions.
-    pub const LEGACY: [ProtocolVersion; 3] =
-        [Self::V2025_11_25, Self::V2025_06_18, Self::V2025_03_26];
+    pub const LEGACY: [ProtocolVersion; 3] = [Self::V2025_11_25, Self::V2025_06_18, Self::V2025_03_26];
     pub const LATEST_LEGACY: ProtocolVersion = Self::V2025_11_25;
     pub const MODERN: ProtocolVersion = Self::V2026_07_28;
 

@@ -42,17 +42,11 @@ mod tests {
     #[test]
     fn multi_line_payloads_become_several_data_fields() {
         let frame = message_event(Some("s1-3"), b"{\n  \"a\": 1\n}");
-        assert_eq!(
-            &frame[..],
-            b"id: s1-3\nevent: message\ndata: {\ndata:   \"a\": 1\ndata: }\n\n".as_slice()
-        );
+        assert_eq!(&frame[..], b"id: s1-3\nevent: message\ndata: {\ndata:   \"a\": 1\ndata: }\n\n".as_slice());
     }
 
     #[test]
     fn single_line_payload_without_id() {
-        assert_eq!(
-            &message_event(None, b"{}")[..],
-            b"event: message\ndata: {}\n\n".as_slice()
-        );
+        assert_eq!(&message_event(None, b"{}")[..], b"event: message\ndata: {}\n\n".as_slice());
     }
 }

@@ -104,7 +104,8 @@ mod tests {
 
     #[test]
     fn the_matching_document_ranks_first() {
-        let index = Bm25::build(&[doc("weather forecast for a city"), doc("stock price quote"), doc("city population")]);
+        let index =
+            Bm25::build(&[doc("weather forecast for a city"), doc("stock price quote"), doc("city population")]);
         let (scores, ceiling) = index.scores(&terms("what's the weather in Tokyo city"));
         let ranked = top_k(&scores, 3);
         assert_eq!(ranked[0].0, 0);

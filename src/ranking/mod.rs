@@ -44,7 +44,8 @@ pub fn tool_document_weighted(definition: &Value, namespace: &str, weights: &Wei
     if let Some(schema) = definition.get("inputSchema") {
         collect_parameters(schema, &mut names, &mut descriptions, 0);
     }
-    let title = definition.get("annotations").and_then(|a| a.get("title")).and_then(Value::as_str).unwrap_or(text("title"));
+    let title =
+        definition.get("annotations").and_then(|a| a.get("title")).and_then(Value::as_str).unwrap_or(text("title"));
     vec![
         (weights.name, text::terms(text("name"))),
         (weights.title, text::terms(title)),

@@ -9,12 +9,11 @@ use rust_stemmers::{Algorithm, Stemmer};
 
 /// Words that carry no meaning for choosing a tool (plus the ever-present "tool", "function").
 const STOP_WORDS: &[&str] = &[
-    "a", "about", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "could",
-    "do", "does", "for", "from", "function", "get", "give", "has", "have", "how", "i", "if", "in",
-    "into", "is", "it", "its", "me", "my", "need", "of", "on", "or", "our", "please", "should",
-    "so", "some", "tell", "that", "the", "their", "them", "then", "there", "these", "this", "to",
-    "tool", "us", "using", "want", "was", "we", "what", "when", "where", "which", "who", "will",
-    "with", "would", "you", "your",
+    "a", "about", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "could", "do", "does",
+    "for", "from", "function", "get", "give", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me",
+    "my", "need", "of", "on", "or", "our", "please", "should", "so", "some", "tell", "that", "the", "their", "them",
+    "then", "there", "these", "this", "to", "tool", "us", "using", "want", "was", "we", "what", "when", "where",
+    "which", "who", "will", "with", "would", "you", "your",
 ];
 
 fn stemmer() -> &'static Stemmer {

@@ -18,9 +18,7 @@ use crate::upstream::State;
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -65,6 +63,14 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     upstream_state: Family<UpstreamLabels, Gauge>,
+    tokens_saved: Counter,
+    core_hash_changes: Counter,
+    tools_exposed: Counter,
+    tools_dropped: Counter,
+    last_exposed: Gauge,
+    last_dropped: Gauge,
+    /// The current core hash and its size, for /metrics.json (strings are not Prometheus values).
+    core: Mutex<(String, usize)>,
 }
 
 impl Default for Metrics {
@@ -77,45 +83,88 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("gatehouse");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "requests",
-            "MCP requests by method and outcome (ok or error class)",
-            requests.clone(),
-        );
+        registry.register("requests", "MCP requests by method and outcome (ok or error class)", requests.clone());
         let upstream_state = Family::<UpstreamLabels, Gauge>::default();
-        registry.register(
-            "upstream_state",
-            "1 for each upstream's current health state",
-            upstream_state.clone(),
+        registry.register("upstream_state", "1 for each upstream's current health state", upstream_state.clone());
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let tokens_saved =
+            counter(&mut registry, "tokens_saved", "BPE tokens (o200k) of tool definitions gating withheld");
+        let core_hash_changes = counter(
+            &mut registry,
+            "core_hash_changes",
+            "Times the byte-stable core changed (should stay 0 between config/schema changes)",
         );
+        let tools_exposed =
+            counter(&mut registry, "tools_exposed", "Tool definitions sent in gated tools/list answers");
+        let tools_dropped =
+            counter(&mut registry, "tools_dropped", "Tool definitions withheld from gated tools/list answers");
+        let last_exposed = gauge(&mut registry, "tools_exposed_last", "Tools exposed by the latest gated tools/list");
+        let last_dropped = gauge(&mut registry, "tools_dropped_last", "Tools withheld by the latest gated tools/list");
         Self {
             registry: Mutex::new(registry),
             requests,
             upstream_state,
+            tokens_saved,
+            core_hash_changes,
+            tools_exposed,
+            tools_dropped,
+            last_exposed,
+            last_dropped,
+            core: Mutex::new((String::new(), 0)),
         }
     }
 
     pub fn count_request(&self, method: &str, outcome: &'static str) {
-        let method = KNOWN_METHODS
-            .iter()
-            .find(|m| **m == method)
-            .copied()
-            .unwrap_or("other");
-        self.requests
-            .get_or_create(&RequestLabels { method, outcome })
-            .inc();
+        let method = KNOWN_METHODS.iter().find(|m| **m == method).copied().unwrap_or("other");
+        self.requests.get_or_create(&RequestLabels { method, outcome }).inc();
     }
 
     pub fn set_upstream_state(&self, namespace: &str, state: State) {
         for s in State::ALL {
-            let labels = UpstreamLabels {
-                namespace: namespace.to_string(),
-                state: s.as_str(),
-            };
-            self.upstream_state
-                .get_or_create(&labels)
-                .set(i64::from(s == state));
+            let labels = UpstreamLabels { namespace: namespace.to_string(), state: s.as_str() };
+            self.upstream_state.get_or_create(&labels).set(i64::from(s == state));
         }
+    }
+
+    pub fn core_hash_changed(&self) {
+        self.core_hash_changes.inc();
+    }
+
+    pub fn set_core(&self, hash: &str, tools: usize) {
+        *self.core.lock().expect("metrics lock poisoned") = (hash.to_string(), tools);
+    }
+
+    /// One gated listing: what it showed and what it withheld.
+    pub fn gated(&self, exposed: usize, dropped: usize, tokens_withheld: u64) {
+        self.tools_exposed.inc_by(exposed as u64);
+        self.tools_dropped.inc_by(dropped as u64);
+        self.last_exposed.set(exposed as i64);
+        self.last_dropped.set(dropped as i64);
+        self.tokens_saved.inc_by(tokens_withheld);
+    }
+
+    /// `/metrics.json`: the headline numbers plus what Prometheus cannot carry (hash strings).
+    pub fn json(&self) -> serde_json::Value {
+        let (core_hash, core_tools) = self.core.lock().expect("metrics lock poisoned").clone();
+        serde_json::json!({
+            "core_hash": core_hash,
+            "core_tools": core_tools,
+            "core_hash_changes_total": self.core_hash_changes.get(),
+            "tokens_saved_total": self.tokens_saved.get(),
+            "tools_exposed_total": self.tools_exposed.get(),
+            "tools_dropped_total": self.tools_dropped.get(),
+            "tools_exposed_last": self.last_exposed.get(),
+            "tools_dropped_last": self.last_dropped.get(),
+        })
     }
 
     /// OpenMetrics text exposition.

@@ -35,18 +35,10 @@ impl TokenSource {
             Self::None => Ok(None),
             Self::Static(v) => Ok(Some(v.clone())),
             Self::File(path) => {
-                let fail = |reason: String| UpstreamError::TokenFile {
-                    path: path.display().to_string(),
-                    reason,
-                };
-                let text = tokio::fs::read_to_string(path)
-                    .await
-                    .map_err(|e| fail(e.kind().to_string()))?;
-                let token =
-                    token_from_file_text(&text).ok_or_else(|| fail("no token in file".into()))?;
-                bearer_value(&token)
-                    .map(Some)
-                    .map_err(|_| fail("token is not a valid header value".into()))
+                let fail = |reason: String| UpstreamError::TokenFile { path: path.display().to_string(), reason };
+                let text = tokio::fs::read_to_string(path).await.map_err(|e| fail(e.kind().to_string()))?;
+                let token = token_from_file_text(&text).ok_or_else(|| fail("no token in file".into()))?;
+                bearer_value(&token).map(Some).map_err(|_| fail("token is not a valid header value".into()))
             }
         }
     }
@@ -57,11 +49,7 @@ pub fn token_from_file_text(text: &str) -> Option<String> {
     let trimmed = text.trim();
     if trimmed.starts_with('{') {
         let v: serde_json::Value = serde_json::from_str(trimmed).ok()?;
-        return v
-            .get("id_token")
-            .and_then(|t| t.as_str())
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty());
+        return v.get("id_token").and_then(|t| t.as_str()).map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
     }
     (!trimmed.is_empty()).then(|| trimmed.to_string())
 }
@@ -78,14 +66,8 @@ mod tests {
 
     #[test]
     fn reads_id_token_from_a_json_cache_and_plain_text_otherwise() {
-        assert_eq!(
-            token_from_file_text(r#"{"id_token": "abc", "refresh_token": "r"}"#).as_deref(),
-            Some("abc")
-        );
-        assert_eq!(
-            token_from_file_text("  plain-token\n").as_deref(),
-            Some("plain-token")
-        );
+        assert_eq!(token_from_file_text(r#"{"id_token": "abc", "refresh_token": "r"}"#).as_deref(), Some("abc"));
+        assert_eq!(token_from_file_text("  plain-token\n").as_deref(), Some("plain-token"));
         assert_eq!(token_from_file_text(r#"{"access_token": "x"}"#), None);
         assert_eq!(token_from_file_text("\n"), None);
     }

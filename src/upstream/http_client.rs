@@ -20,23 +20,18 @@ pub fn build(config: &UpstreamConfig) -> Result<reqwest::Client, String> {
     let mut tls = if config.tls_verify {
         let mut roots = system_roots().clone();
         if let Some(bundle) = &config.ca_bundle {
-            let certs = CertificateDer::pem_file_iter(bundle)
-                .map_err(|e| format!("CA bundle {}: {e}", bundle.display()))?;
+            let certs =
+                CertificateDer::pem_file_iter(bundle).map_err(|e| format!("CA bundle {}: {e}", bundle.display()))?;
             for cert in certs {
                 let cert = cert.map_err(|e| format!("CA bundle {}: {e}", bundle.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("CA bundle {}: {e}", bundle.display()))?;
+                roots.add(cert).map_err(|e| format!("CA bundle {}: {e}", bundle.display()))?;
             }
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     } else {
         tracing::warn!(namespace = %config.namespace, "tls_verify = false: the upstream's certificate is not checked");
         let verifier = Arc::new(NoVerification(provider.signature_verification_algorithms));
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth()
+        builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth()
     };
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
 

@@ -94,11 +94,7 @@ pub enum UpstreamError {
     #[error("malformed response: {0}")]
     Protocol(String),
     #[error("JSON-RPC error {code}: {message}")]
-    Rpc {
-        code: i64,
-        message: String,
-        data: Option<serde_json::Value>,
-    },
+    Rpc { code: i64, message: String, data: Option<serde_json::Value> },
     #[error("token file {path}: {reason}")]
     TokenFile { path: String, reason: String },
     #[error("cannot start the server process: {0}")]
@@ -127,10 +123,7 @@ impl UpstreamError {
 
     /// True when the upstream could not be reached at all (as opposed to answering badly).
     pub fn is_unreachable(&self) -> bool {
-        matches!(
-            self,
-            Self::Connect(_) | Self::TokenFile { .. } | Self::Spawn(_) | Self::Exited
-        )
+        matches!(self, Self::Connect(_) | Self::TokenFile { .. } | Self::Spawn(_) | Self::Exited)
     }
 }
 
@@ -197,8 +190,7 @@ impl Upstream {
             since: SystemTime::now(),
         };
         metrics.set_upstream_state(&namespace, State::Connecting);
-        let per_client =
-            (config.session == SessionMode::PerClient).then(|| Mutex::new(HashMap::new()));
+        let per_client = (config.session == SessionMode::PerClient).then(|| Mutex::new(HashMap::new()));
         Ok(Self {
             index,
             namespace,
@@ -237,10 +229,7 @@ impl Upstream {
     }
 
     /// The agent session's own transport, for per-client upstreams.
-    fn transport_for(
-        &self,
-        session: Option<&Arc<str>>,
-    ) -> Result<Option<Arc<Transport>>, UpstreamError> {
+    fn transport_for(&self, session: Option<&Arc<str>>) -> Result<Option<Arc<Transport>>, UpstreamError> {
         let (Some(table), Some(session)) = (&self.per_client, session) else {
             return Ok(None);
         };
@@ -249,8 +238,7 @@ impl Upstream {
             return Ok(Some(own.clone()));
         }
         let own = Arc::new(
-            Transport::build(&self.namespace, &self.config, self.max_response_bytes)
-                .map_err(UpstreamError::Spawn)?,
+            Transport::build(&self.namespace, &self.config, self.max_response_bytes).map_err(UpstreamError::Spawn)?,
         );
         table.insert(session.clone(), own.clone());
         Ok(Some(own))
@@ -258,10 +246,7 @@ impl Upstream {
 
     /// Closes the upstream session (or process) an ended agent session had.
     pub async fn end_session(&self, session: &str) {
-        let own = self
-            .per_client
-            .as_ref()
-            .and_then(|t| t.lock().expect("per-client lock poisoned").remove(session));
+        let own = self.per_client.as_ref().and_then(|t| t.lock().expect("per-client lock poisoned").remove(session));
         if let Some(own) = own {
             own.shutdown().await;
         }
@@ -272,13 +257,7 @@ impl Upstream {
         let own: Vec<Arc<Transport>> = self
             .per_client
             .as_ref()
-            .map(|t| {
-                t.lock()
-                    .expect("per-client lock poisoned")
-                    .drain()
-                    .map(|(_, t)| t)
-                    .collect()
-            })
+            .map(|t| t.lock().expect("per-client lock poisoned").drain().map(|(_, t)| t).collect())
             .unwrap_or_default();
         for transport in own {
             transport.shutdown().await;
@@ -288,9 +267,7 @@ impl Upstream {
 
     /// Per-client upstream sessions open now.
     pub fn client_sessions(&self) -> usize {
-        self.per_client
-            .as_ref()
-            .map_or(0, |t| t.lock().expect("per-client lock poisoned").len())
+        self.per_client.as_ref().map_or(0, |t| t.lock().expect("per-client lock poisoned").len())
     }
 
     fn set_state(&self, state: State, failure: Option<&UpstreamError>) {
@@ -301,10 +278,7 @@ impl Upstream {
         }
         h.state = state;
         if let Some(e) = failure {
-            h.last_error = Some(Failure {
-                class: e.class(),
-                at: SystemTime::now(),
-            });
+            h.last_error = Some(Failure { class: e.class(), at: SystemTime::now() });
         }
         self.metrics.set_upstream_state(&self.namespace, state);
     }
@@ -324,11 +298,7 @@ impl Upstream {
     /// The liveness tier: `ping` for legacy and bare servers, `server/discover` for 2026-07-28
     /// (which has no ping). Any JSON-RPC answer, even an error, proves the server alive.
     async fn ping(&self) -> Result<(), UpstreamError> {
-        let method = if self.transport.era() == Some(Era::Modern) {
-            "server/discover"
-        } else {
-            "ping"
-        };
+        let method = if self.transport.era() == Some(Era::Modern) { "server/discover" } else { "ping" };
         match self.request(method, Map::new(), Via::default()).await {
             Ok(_) | Err(UpstreamError::Rpc { .. }) => Ok(()),
             Err(e) => Err(e),
@@ -339,17 +309,12 @@ impl Upstream {
     async fn load_listing(&self) -> Result<Listing, UpstreamError> {
         let caps = self.transport.ensure_connected().await?;
         let has = |cap: &str| caps.as_ref().is_none_or(|c| c.get(cap).is_some());
-        let mut listing = Listing {
-            tools: self.list_all("tools/list", "tools").await?,
-            ..Listing::default()
-        };
+        let mut listing = Listing { tools: self.list_all("tools/list", "tools").await?, ..Listing::default() };
         // Optional lists: a server may advertise a capability and still not implement the list;
         // that must not take its tools down with it.
         if has("resources") {
             listing.resources = self.optional_list("resources/list", "resources").await;
-            listing.templates = self
-                .optional_list("resources/templates/list", "resourceTemplates")
-                .await;
+            listing.templates = self.optional_list("resources/templates/list", "resourceTemplates").await;
         }
         if has("prompts") {
             listing.prompts = self.optional_list("prompts/list", "prompts").await;
@@ -367,17 +332,15 @@ impl Upstream {
             if let Some(c) = &cursor {
                 params.insert("cursor".into(), Value::from(c.as_str()));
             }
-            let page: Value =
-                serde_json::from_str(self.request(method, params, Via::default()).await?.get())
-                    .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
-            let list = page.get(key).and_then(Value::as_array).ok_or_else(|| {
-                UpstreamError::Protocol(format!("{method} result has no {key:?} array"))
-            })?;
+            let page: Value = serde_json::from_str(self.request(method, params, Via::default()).await?.get())
+                .map_err(|e| UpstreamError::Protocol(format!("{method} result: {e}")))?;
+            let list = page
+                .get(key)
+                .and_then(Value::as_array)
+                .ok_or_else(|| UpstreamError::Protocol(format!("{method} result has no {key:?} array")))?;
             items.extend(list.iter().filter(|v| v.is_object()).cloned());
             match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
-                    cursor = Some(next.to_string())
-                }
+                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => cursor = Some(next.to_string()),
                 _ => return Ok(items),
             }
         }
@@ -436,11 +399,7 @@ async fn publish(upstream: &Upstream, catalog: &Catalog) -> Result<(), UpstreamE
 }
 
 /// The steady state of a connected upstream; returns the failure that ended it.
-async fn watch_until_failure(
-    upstream: &Upstream,
-    catalog: &Catalog,
-    refresh: Duration,
-) -> UpstreamError {
+async fn watch_until_failure(upstream: &Upstream, catalog: &Catalog, refresh: Duration) -> UpstreamError {
     const MISSES_BEFORE_DOWN: u32 = 2;
     let ping_every = upstream.config.ping_interval;
     let mut next_probe = tokio::time::Instant::now() + refresh;
@@ -516,11 +475,7 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn build(
-        namespace: &Arc<str>,
-        config: &UpstreamConfig,
-        max_response_bytes: usize,
-    ) -> Result<Self, String> {
+    fn build(namespace: &Arc<str>, config: &UpstreamConfig, max_response_bytes: usize) -> Result<Self, String> {
         Ok(match &config.endpoint {
             Endpoint::Http { url, use_sse } => {
                 let mut static_headers = http::HeaderMap::new();
@@ -545,12 +500,9 @@ impl Transport {
                     legacy_sse: AtomicBool::new(*use_sse),
                 }
             }
-            Endpoint::Stdio(command) => Transport::Stdio(StdioTransport::new(
-                namespace,
-                command.clone(),
-                config.timeout,
-                max_response_bytes,
-            )),
+            Endpoint::Stdio(command) => {
+                Transport::Stdio(StdioTransport::new(namespace, command.clone(), config.timeout, max_response_bytes))
+            }
         })
     }
 
@@ -564,20 +516,14 @@ impl Transport {
 
     fn sse(&self) -> Option<&SseTransport> {
         match self {
-            Self::Http {
-                sse, legacy_sse, ..
-            } if legacy_sse.load(Ordering::Relaxed) => Some(sse),
+            Self::Http { sse, legacy_sse, .. } if legacy_sse.load(Ordering::Relaxed) => Some(sse),
             _ => None,
         }
     }
 
     pub fn era(&self) -> Option<Era> {
         match self {
-            Self::Http {
-                streamable,
-                sse,
-                legacy_sse,
-            } => {
+            Self::Http { streamable, sse, legacy_sse } => {
                 if legacy_sse.load(Ordering::Relaxed) {
                     sse.era()
                 } else {
@@ -590,11 +536,7 @@ impl Transport {
 
     pub async fn ensure_connected(&self) -> Result<Option<Value>, UpstreamError> {
         match self {
-            Self::Http {
-                streamable,
-                sse,
-                legacy_sse,
-            } => {
+            Self::Http { streamable, sse, legacy_sse } => {
                 if legacy_sse.load(Ordering::Relaxed) {
                     return sse.ensure_connected().await;
                 }
@@ -626,9 +568,9 @@ impl Transport {
         relay: Option<&Relay>,
     ) -> Result<Box<RawValue>, UpstreamError> {
         match self {
-            Self::Http {
-                sse, legacy_sse, ..
-            } if legacy_sse.load(Ordering::Relaxed) => sse.request(method, params, relay).await,
+            Self::Http { sse, legacy_sse, .. } if legacy_sse.load(Ordering::Relaxed) => {
+                sse.request(method, params, relay).await
+            }
             Self::Http { streamable, .. } => streamable.request(method, params, relay).await,
             Self::Stdio(t) => t.request(method, params, relay).await,
         }
@@ -637,9 +579,7 @@ impl Transport {
     /// Forgets a broken connection so the next request makes a new one.
     pub fn reset(&self) {
         match self {
-            Self::Http {
-                streamable, sse, ..
-            } => {
+            Self::Http { streamable, sse, .. } => {
                 streamable.reset();
                 sse.reset();
             }
@@ -669,9 +609,7 @@ impl Transport {
     pub async fn shutdown(&self) {
         match self {
             Self::Stdio(t) => t.shutdown().await,
-            Self::Http {
-                streamable, sse, ..
-            } => {
+            Self::Http { streamable, sse, .. } => {
                 streamable.end_session().await;
                 sse.reset();
             }
@@ -688,17 +626,10 @@ pub(crate) fn stamp_envelope(era: Era, params: &mut Map<String, Value>) {
     use crate::protocol::meta;
     match era {
         Era::Modern => {
-            let envelope = params
-                .entry("_meta")
-                .or_insert_with(|| serde_json::json!({}));
+            let envelope = params.entry("_meta").or_insert_with(|| serde_json::json!({}));
             if let Some(envelope) = envelope.as_object_mut() {
-                envelope.insert(
-                    meta::PROTOCOL_VERSION.into(),
-                    ProtocolVersion::MODERN.as_str().into(),
-                );
-                envelope
-                    .entry(meta::CLIENT_CAPABILITIES)
-                    .or_insert_with(|| serde_json::json!({}));
+                envelope.insert(meta::PROTOCOL_VERSION.into(), ProtocolVersion::MODERN.as_str().into());
+                envelope.entry(meta::CLIENT_CAPABILITIES).or_insert_with(|| serde_json::json!({}));
                 envelope.insert(
                     meta::CLIENT_INFO.into(),
                     serde_json::json!({ "name": CLIENT_NAME, "version": env!("CARGO_PKG_VERSION") }),
@@ -731,36 +662,18 @@ pub(crate) fn discovered_capabilities(result: &RawValue) -> Option<Value> {
         .get("supportedVersions")
         .and_then(Value::as_array)
         .is_some_and(|v| v.iter().any(|v| v == ProtocolVersion::MODERN.as_str()));
-    modern.then(|| {
-        result
-            .get("capabilities")
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({}))
-    })
+    modern.then(|| result.get("capabilities").cloned().unwrap_or_else(|| serde_json::json!({})))
 }
 
 /// The version and capabilities an `initialize` result settles on.
 pub(crate) fn initialized(result: &RawValue) -> Result<(ProtocolVersion, Value), UpstreamError> {
-    let result: Value = serde_json::from_str(result.get())
-        .map_err(|e| UpstreamError::Protocol(format!("initialize result: {e}")))?;
-    let offered = result
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let result: Value =
+        serde_json::from_str(result.get()).map_err(|e| UpstreamError::Protocol(format!("initialize result: {e}")))?;
+    let offered = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
     let version = ProtocolVersion::parse(offered)
         .filter(|v| !v.is_modern())
-        .ok_or_else(|| {
-            UpstreamError::Protocol(format!(
-                "upstream offered unsupported protocol version {offered:?}"
-            ))
-        })?;
-    Ok((
-        version,
-        result
-            .get("capabilities")
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({})),
-    ))
+        .ok_or_else(|| UpstreamError::Protocol(format!("upstream offered unsupported protocol version {offered:?}")))?;
+    Ok((version, result.get("capabilities").cloned().unwrap_or_else(|| serde_json::json!({}))))
 }
 
 /// Full jitter: `U(0, min(cap, base · 2^n))` (the AWS architecture blog's recommendation).
@@ -772,10 +685,7 @@ pub fn backoff(attempt: u32) -> Duration {
 }
 
 fn rfc3339<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     s.serialize_str(&format_utc(secs))
 }
 
@@ -792,12 +702,7 @@ pub fn format_utc(secs: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 #[cfg(test)]

@@ -38,12 +38,7 @@ pub struct Poster {
 
 impl Poster {
     pub async fn post(&self, message: &Value) -> Result<(), UpstreamError> {
-        let send = self
-            .http
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .body(message.to_string())
-            .send();
+        let send = self.http.post(self.url.clone()).headers(self.headers.clone()).body(message.to_string()).send();
         let response = tokio::time::timeout(Duration::from_secs(30), send)
             .await
             .map_err(|_| UpstreamError::Timeout(Duration::from_secs(30)))?
@@ -109,12 +104,7 @@ struct ErrorBody {
 }
 
 impl Mux {
-    pub fn new(
-        namespace: Arc<str>,
-        outbound: Outbound,
-        closed: CancellationToken,
-        list_changed: Arc<Notify>,
-    ) -> Self {
+    pub fn new(namespace: Arc<str>, outbound: Outbound, closed: CancellationToken, list_changed: Arc<Notify>) -> Self {
         Self {
             namespace,
             pending: Mutex::new(HashMap::new()),
@@ -127,10 +117,7 @@ impl Mux {
 
     pub async fn send(&self, message: &Value) -> Result<(), UpstreamError> {
         match &self.outbound {
-            Outbound::Lines(tx) => tx
-                .send(message.to_string().into_bytes())
-                .await
-                .map_err(|_| UpstreamError::Exited),
+            Outbound::Lines(tx) => tx.send(message.to_string().into_bytes()).await.map_err(|_| UpstreamError::Exited),
             Outbound::Post(poster) => poster.post(message).await,
         }
     }
@@ -161,22 +148,10 @@ impl Mux {
             .and_then(Value::as_object_mut)
             .and_then(|meta| meta.insert("progressToken".into(), json!(format!("gatehouse-{id}"))));
         let (done, answer) = oneshot::channel();
-        let pending = Pending {
-            done,
-            relay: relay.cloned(),
-            progress_token,
-        };
-        self.pending
-            .lock()
-            .expect("pending lock poisoned")
-            .insert(id, pending);
-        let mut guard = Abandon {
-            mux: self.clone(),
-            id,
-            cancel: matches!(era, Era::Legacy(_)),
-        };
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
-            .await?;
+        let pending = Pending { done, relay: relay.cloned(), progress_token };
+        self.pending.lock().expect("pending lock poisoned").insert(id, pending);
+        let mut guard = Abandon { mux: self.clone(), id, cancel: matches!(era, Era::Legacy(_)) };
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await?;
         let outcome = tokio::time::timeout(timeout, answer).await;
         guard.cancel = guard.cancel && outcome.is_err();
         match outcome {
@@ -203,13 +178,8 @@ impl Mux {
     /// The stream ended: every waiting request fails now rather than at its deadline.
     pub fn close(&self) {
         self.closed.cancel();
-        let pending: Vec<Pending> = self
-            .pending
-            .lock()
-            .expect("pending lock poisoned")
-            .drain()
-            .map(|(_, p)| p)
-            .collect();
+        let pending: Vec<Pending> =
+            self.pending.lock().expect("pending lock poisoned").drain().map(|(_, p)| p).collect();
         for p in pending {
             let _ = p.done.send(Err(UpstreamError::Exited));
         }
@@ -220,24 +190,13 @@ impl Mux {
         match (message.method, message.id) {
             (None, Some(id)) => {
                 let Some(id) = id.as_u64() else { return };
-                let Some(pending) = self
-                    .pending
-                    .lock()
-                    .expect("pending lock poisoned")
-                    .remove(&id)
-                else {
+                let Some(pending) = self.pending.lock().expect("pending lock poisoned").remove(&id) else {
                     return;
                 };
                 let outcome = match (message.result, message.error) {
                     (Some(result), None) => Ok(result),
-                    (_, Some(e)) => Err(UpstreamError::Rpc {
-                        code: e.code,
-                        message: e.message,
-                        data: e.data,
-                    }),
-                    (None, None) => Err(UpstreamError::Protocol(
-                        "response has neither result nor error".into(),
-                    )),
+                    (_, Some(e)) => Err(UpstreamError::Rpc { code: e.code, message: e.message, data: e.data }),
+                    (None, None) => Err(UpstreamError::Protocol("response has neither result nor error".into())),
                 };
                 let _ = pending.done.send(outcome);
             }
@@ -253,20 +212,13 @@ impl Mux {
             | "notifications/resources/list_changed"
             | "notifications/prompts/list_changed" => self.list_changed.notify_one(),
             "notifications/progress" => {
-                let ours = params
-                    .get("progressToken")
-                    .and_then(Value::as_str)
-                    .and_then(|t| t.strip_prefix("gatehouse-"));
+                let ours =
+                    params.get("progressToken").and_then(Value::as_str).and_then(|t| t.strip_prefix("gatehouse-"));
                 let Some(id) = ours.and_then(|n| n.parse::<u64>().ok()) else {
                     return;
                 };
                 let pending = self.pending.lock().expect("pending lock poisoned");
-                if let Some(Pending {
-                    relay: Some(relay),
-                    progress_token: Some(token),
-                    ..
-                }) = pending.get(&id)
-                {
+                if let Some(Pending { relay: Some(relay), progress_token: Some(token), .. }) = pending.get(&id) {
                     params["progressToken"] = token.clone();
                     relay.notify(method, params);
                 }
@@ -286,13 +238,10 @@ impl Mux {
             self.send_detached(json!({ "jsonrpc": "2.0", "id": id, "result": {} }));
             return;
         }
-        let answer = self
-            .only_relay()
-            .and_then(|r| r.request(method.clone(), params));
+        let answer = self.only_relay().and_then(|r| r.request(method.clone(), params));
         let mux = self.clone();
         tokio::spawn(async move {
-            let refusal =
-                || json!({ "jsonrpc": "2.0", "id": id, "error": relay::unsupported(&method) });
+            let refusal = || json!({ "jsonrpc": "2.0", "id": id, "error": relay::unsupported(&method) });
             let reply = match answer {
                 Some(answer) => match answer.await {
                     Ok(Ok(result)) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
@@ -324,13 +273,7 @@ struct Abandon {
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        let was_pending = self
-            .mux
-            .pending
-            .lock()
-            .expect("pending lock poisoned")
-            .remove(&self.id)
-            .is_some();
+        let was_pending = self.mux.pending.lock().expect("pending lock poisoned").remove(&self.id).is_some();
         if was_pending && self.cancel {
             self.mux.send_detached(json!({
                 "jsonrpc": "2.0",

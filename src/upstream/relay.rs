@@ -16,15 +16,8 @@ pub type Answer = Result<Value, Value>;
 
 #[derive(Debug)]
 pub enum Inbound {
-    Notification {
-        method: String,
-        params: Value,
-    },
-    Request {
-        method: String,
-        params: Value,
-        respond: oneshot::Sender<Answer>,
-    },
+    Notification { method: String, params: Value },
+    Request { method: String, params: Value, respond: oneshot::Sender<Answer> },
 }
 
 /// The sending half, carried with a request down to the upstream transport.
@@ -39,21 +32,13 @@ impl Relay {
 
     /// Queues a notification; drops it when the agent side is not keeping up.
     pub fn notify(&self, method: String, params: Value) -> bool {
-        self.0
-            .try_send(Inbound::Notification { method, params })
-            .is_ok()
+        self.0.try_send(Inbound::Notification { method, params }).is_ok()
     }
 
     /// Queues a server request; `None` when nobody can take it (the caller answers with an error).
     pub fn request(&self, method: String, params: Value) -> Option<oneshot::Receiver<Answer>> {
         let (respond, answer) = oneshot::channel();
-        self.0
-            .try_send(Inbound::Request {
-                method,
-                params,
-                respond,
-            })
-            .ok()?;
+        self.0.try_send(Inbound::Request { method, params, respond }).ok()?;
         Some(answer)
     }
 }

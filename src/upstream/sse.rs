@@ -111,17 +111,11 @@ impl SseTransport {
     ) -> Result<Box<RawValue>, UpstreamError> {
         let conn = self.connection().await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        conn.mux
-            .call(conn.era, id, method, params, relay, self.timeout)
-            .await
+        conn.mux.call(conn.era, id, method, params, relay, self.timeout).await
     }
 
     fn current(&self) -> Option<Arc<Conn>> {
-        self.conn
-            .read()
-            .expect("conn lock poisoned")
-            .clone()
-            .filter(|c| !c.mux.closed.is_cancelled())
+        self.conn.read().expect("conn lock poisoned").clone().filter(|c| !c.mux.closed.is_cancelled())
     }
 
     async fn connection(&self) -> Result<Arc<Conn>, UpstreamError> {
@@ -154,10 +148,7 @@ impl SseTransport {
     async fn connect(&self) -> Result<Conn, UpstreamError> {
         let auth = self.token.current().await?;
         let mut headers = self.headers(auth.as_ref());
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
+        headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         let open = self.http.get(self.url.clone()).headers(headers).send();
         let response = tokio::time::timeout(self.timeout, open)
             .await
@@ -174,40 +165,23 @@ impl SseTransport {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("text/event-stream"));
         if !is_sse {
-            return Err(UpstreamError::Protocol(
-                "the SSE endpoint did not answer with text/event-stream".into(),
-            ));
+            return Err(UpstreamError::Protocol("the SSE endpoint did not answer with text/event-stream".into()));
         }
 
         let (endpoint_tx, endpoint_rx) = oneshot::channel();
         let (mux_tx, mux_rx) = oneshot::channel();
-        let reader = tokio::spawn(read_stream(
-            response,
-            self.url.clone(),
-            self.max_message_bytes,
-            endpoint_tx,
-            mux_rx,
-        ));
+        let reader = tokio::spawn(read_stream(response, self.url.clone(), self.max_message_bytes, endpoint_tx, mux_rx));
         let endpoint = match tokio::time::timeout(self.timeout, endpoint_rx).await {
             Ok(Ok(Ok(endpoint))) => endpoint,
             Ok(Ok(Err(e))) => return Err(e),
             Ok(Err(_)) => {
-                return Err(UpstreamError::Protocol(
-                    "the SSE stream ended before its endpoint event".into(),
-                ));
+                return Err(UpstreamError::Protocol("the SSE stream ended before its endpoint event".into()));
             }
             Err(_) => return Err(UpstreamError::Timeout(self.timeout)),
         };
         let mut post_headers = self.headers(auth.as_ref());
-        post_headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        let poster = Poster {
-            http: self.http.clone(),
-            url: endpoint,
-            headers: post_headers,
-        };
+        post_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let poster = Poster { http: self.http.clone(), url: endpoint, headers: post_headers };
         let mux = Arc::new(Mux::new(
             self.namespace.clone(),
             Outbound::Post(poster),
@@ -215,33 +189,15 @@ impl SseTransport {
             self.list_changed.clone(),
         ));
         let _ = mux_tx.send(mux.clone());
-        let mut conn = Conn {
-            mux,
-            era: Era::Bare,
-            capabilities: None,
-            reader: reader.abort_handle(),
-        };
+        let mut conn = Conn { mux, era: Era::Bare, capabilities: None, reader: reader.abort_handle() };
 
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        match conn
-            .mux
-            .call(
-                Era::Bare,
-                id,
-                "initialize",
-                initialize_params(),
-                None,
-                self.timeout,
-            )
-            .await
-        {
+        match conn.mux.call(Era::Bare, id, "initialize", initialize_params(), None, self.timeout).await {
             Ok(result) => {
                 let (version, capabilities) = initialized(&result)?;
                 conn.era = Era::Legacy(version);
                 conn.capabilities = Some(capabilities);
-                conn.mux
-                    .send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
-                    .await?;
+                conn.mux.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).await?;
                 tracing::info!(namespace = %self.namespace, version = %version, "legacy HTTP+SSE upstream initialized");
                 Ok(conn)
             }
@@ -301,15 +257,11 @@ async fn read_stream(
 
 /// Resolves the `endpoint` event against the stream URL and keeps it on the same origin.
 fn same_origin(base: &Url, endpoint: &str) -> Result<Url, UpstreamError> {
-    let url = base
-        .join(endpoint)
-        .map_err(|_| UpstreamError::Protocol("the SSE endpoint event is not a URL".into()))?;
+    let url = base.join(endpoint).map_err(|_| UpstreamError::Protocol("the SSE endpoint event is not a URL".into()))?;
     if url.origin() == base.origin() {
         Ok(url)
     } else {
-        Err(UpstreamError::Protocol(
-            "the SSE endpoint event points at another origin".into(),
-        ))
+        Err(UpstreamError::Protocol("the SSE endpoint event points at another origin".into()))
     }
 }
 
@@ -321,9 +273,7 @@ mod tests {
     fn endpoints_resolve_relative_and_stay_on_origin() {
         let base = Url::parse("http://127.0.0.1:3001/sse").unwrap();
         assert_eq!(
-            same_origin(&base, "/message?sessionId=abc")
-                .unwrap()
-                .as_str(),
+            same_origin(&base, "/message?sessionId=abc").unwrap().as_str(),
             "http://127.0.0.1:3001/message?sessionId=abc"
         );
         assert!(same_origin(&base, "http://127.0.0.1:3001/m").is_ok());

@@ -59,12 +59,7 @@ pub struct StdioTransport {
 }
 
 impl StdioTransport {
-    pub fn new(
-        namespace: &str,
-        command: StdioCommand,
-        timeout: Duration,
-        max_message_bytes: usize,
-    ) -> Self {
+    pub fn new(namespace: &str, command: StdioCommand, timeout: Duration, max_message_bytes: usize) -> Self {
         Self {
             namespace: namespace.into(),
             command,
@@ -134,11 +129,7 @@ impl StdioTransport {
     }
 
     fn current(&self) -> Option<Arc<Conn>> {
-        self.conn
-            .read()
-            .expect("conn lock poisoned")
-            .clone()
-            .filter(|c| !c.mux.closed.is_cancelled())
+        self.conn.read().expect("conn lock poisoned").clone().filter(|c| !c.mux.closed.is_cancelled())
     }
 
     async fn connection(&self) -> Result<Arc<Conn>, UpstreamError> {
@@ -159,9 +150,7 @@ impl StdioTransport {
         if !self.legacy_only.load(Ordering::Relaxed) {
             // The probe carries the 2026-07-28 envelope; `initialize` below goes bare.
             conn.era = Era::Modern;
-            let probe = self
-                .send(&conn, "server/discover", Map::new(), None, PROBE_TIMEOUT)
-                .await;
+            let probe = self.send(&conn, "server/discover", Map::new(), None, PROBE_TIMEOUT).await;
             conn.era = Era::Bare;
             match probe {
                 Ok(result) => {
@@ -181,17 +170,12 @@ impl StdioTransport {
                 Err(_) => {}
             }
         }
-        match self
-            .send(&conn, "initialize", initialize_params(), None, self.timeout)
-            .await
-        {
+        match self.send(&conn, "initialize", initialize_params(), None, self.timeout).await {
             Ok(result) => {
                 let (version, capabilities) = initialized(&result)?;
                 conn.era = Era::Legacy(version);
                 conn.capabilities = Some(capabilities);
-                conn.mux
-                    .send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
-                    .await?;
+                conn.mux.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).await?;
                 tracing::info!(namespace = %self.namespace, version = %version, pid = ?conn.pid, "stdio upstream initialized");
                 Ok(conn)
             }
@@ -221,15 +205,12 @@ impl StdioTransport {
         if let Some(cwd) = &c.cwd {
             command.current_dir(cwd);
         }
-        let mut child = command
-            .spawn()
-            .map_err(|e| UpstreamError::Spawn(format!("{}: {e}", c.command)))?;
+        let mut child = command.spawn().map_err(|e| UpstreamError::Spawn(format!("{}: {e}", c.command)))?;
         let pid = child.id();
-        let (stdin, stdout, stderr) =
-            match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-                (Some(i), Some(o), Some(e)) => (i, o, e),
-                _ => return Err(UpstreamError::Spawn("child stdio not captured".into())),
-            };
+        let (stdin, stdout, stderr) = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+            (Some(i), Some(o), Some(e)) => (i, o, e),
+            _ => return Err(UpstreamError::Spawn("child stdio not captured".into())),
+        };
         let (writer, lines_out) = mpsc::channel::<Vec<u8>>(256);
         let closed = CancellationToken::new();
         let mux = Arc::new(Mux::new(
@@ -242,13 +223,7 @@ impl StdioTransport {
         tokio::spawn(read_stdout(mux.clone(), stdout, self.max_message_bytes));
         tokio::spawn(log_stderr(self.namespace.clone(), stderr));
         tracing::info!(namespace = %self.namespace, pid = ?pid, command = %c.command, "stdio upstream started");
-        Ok(Conn {
-            mux,
-            era: Era::Bare,
-            capabilities: None,
-            child: tokio::sync::Mutex::new(Some(child)),
-            pid,
-        })
+        Ok(Conn { mux, era: Era::Bare, capabilities: None, child: tokio::sync::Mutex::new(Some(child)), pid })
     }
 
     async fn send(
@@ -260,9 +235,7 @@ impl StdioTransport {
         timeout: Duration,
     ) -> Result<Box<RawValue>, UpstreamError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        conn.mux
-            .call(conn.era, id, method, params, relay, timeout)
-            .await
+        conn.mux.call(conn.era, id, method, params, relay, timeout).await
     }
 }
 
@@ -294,10 +267,7 @@ async fn read_stdout(mux: Arc<Mux>, stdout: tokio::process::ChildStdout, max: us
             Ok(line) if line.trim().is_empty() => {}
             Ok(line) => mux.deliver(line.as_bytes()),
             Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
-                tracing::warn!(
-                    max,
-                    "stdio upstream message exceeds the size limit; dropped"
-                );
+                tracing::warn!(max, "stdio upstream message exceeds the size limit; dropped");
             }
             Err(tokio_util::codec::LinesCodecError::Io(_)) => break,
         }

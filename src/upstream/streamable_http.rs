@@ -27,9 +27,7 @@ use super::auth::TokenSource;
 use super::mux::Poster;
 use super::relay::{self, Relay};
 use super::sse::SseSetup;
-use super::{
-    Era, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope,
-};
+use super::{Era, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope};
 use crate::protocol::{ProtocolVersion, header as mcp_header};
 
 /// Error bodies are only sniffed (for "session"), never relayed: a small cap is enough.
@@ -126,9 +124,7 @@ impl StreamableHttp {
             Err(UpstreamError::SessionExpired | UpstreamError::Unauthorized) => {
                 tracing::info!(namespace = %self.namespace, "upstream session or credential rejected; reconnecting");
                 let link = self.relink(Some(link.generation)).await?;
-                self.send(&link, method, params, relay)
-                    .await
-                    .map(|(result, _)| result)
+                self.send(&link, method, params, relay).await.map(|(result, _)| result)
             }
             other => other.map(|(result, _)| result),
         }
@@ -149,12 +145,7 @@ impl StreamableHttp {
         let link = Arc::new(self.connect().await?);
         *self.link.write().expect("link lock poisoned") = Some(link.clone());
         let stop = CancellationToken::new();
-        tokio::spawn(watch(
-            self.poster(&link),
-            link.era,
-            self.list_changed.clone(),
-            stop.clone(),
-        ));
+        tokio::spawn(watch(self.poster(&link), link.era, self.list_changed.clone(), stop.clone()));
         *self.watch.lock().expect("watch lock poisoned") = Some(stop.drop_guard());
         Ok(link)
     }
@@ -165,11 +156,7 @@ impl StreamableHttp {
         self.reset();
         if let Some(link) = link.filter(|l| l.session.is_some()) {
             let poster = self.poster(&link);
-            let delete = poster
-                .http
-                .delete(poster.url.clone())
-                .headers(poster.headers.clone())
-                .send();
+            let delete = poster.http.delete(poster.url.clone()).headers(poster.headers.clone()).send();
             let _ = tokio::time::timeout(Duration::from_secs(5), delete).await;
         }
     }
@@ -185,21 +172,12 @@ impl StreamableHttp {
 
         // 1. The 2026-07-28 probe. Anything but a discover result naming our version means the
         //    server is legacy — except not reaching it at all, which is just a failure.
-        let probe = Link {
-            era: Era::Modern,
-            session: None,
-            auth: auth.clone(),
-            capabilities: None,
-            generation,
-        };
+        let probe = Link { era: Era::Modern, session: None, auth: auth.clone(), capabilities: None, generation };
         match self.send(&probe, "server/discover", Map::new(), None).await {
             Ok((result, _)) => {
                 if let Some(capabilities) = discovered_capabilities(&result) {
                     tracing::info!(namespace = %self.namespace, "upstream speaks 2026-07-28");
-                    return Ok(Link {
-                        capabilities: Some(capabilities),
-                        ..probe
-                    });
+                    return Ok(Link { capabilities: Some(capabilities), ..probe });
                 }
             }
             Err(e) if e.is_unreachable() || matches!(e, UpstreamError::Timeout(_)) => {
@@ -210,38 +188,20 @@ impl StreamableHttp {
 
         // 2. The legacy lifecycle.
         // `initialize` itself goes without version header or session: shaped like a bare request.
-        let init = Link {
-            era: Era::Bare,
-            session: None,
-            auth: auth.clone(),
-            capabilities: None,
-            generation,
-        };
+        let init = Link { era: Era::Bare, session: None, auth: auth.clone(), capabilities: None, generation };
         let params = initialize_params();
         match self.send(&init, "initialize", params, None).await {
             Ok((result, session)) => {
                 let (version, capabilities) = initialized(&result)?;
                 let capabilities = Some(capabilities);
-                let link = Link {
-                    era: Era::Legacy(version),
-                    session,
-                    auth,
-                    capabilities,
-                    generation,
-                };
+                let link = Link { era: Era::Legacy(version), session, auth, capabilities, generation };
                 self.notify(&link, "notifications/initialized").await?;
                 tracing::info!(namespace = %self.namespace, version = %version, session = link.session.is_some(), "upstream initialized");
                 Ok(link)
             }
             Err(UpstreamError::Rpc { code: -32601, .. }) => {
                 tracing::info!(namespace = %self.namespace, "upstream has no initialize; serving it bare");
-                Ok(Link {
-                    era: Era::Bare,
-                    session: None,
-                    auth,
-                    capabilities: None,
-                    generation,
-                })
+                Ok(Link { era: Era::Bare, session: None, auth, capabilities: None, generation })
             }
             Err(e) => Err(e),
         }
@@ -258,10 +218,8 @@ impl StreamableHttp {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         stamp_envelope(link.era, &mut params);
         let name = routing_name(method, &params);
-        let body = serde_json::to_vec(
-            &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
-        )
-        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let body = serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         let mut request = self.post(link, body);
         if link.era == Era::Modern {
             request = request.header(mcp_header::METHOD, method);
@@ -272,12 +230,7 @@ impl StreamableHttp {
         // If this future is dropped before the answer (the agent cancelled or went away, or
         // the deadline passed), a legacy upstream is told with notifications/cancelled; for
         // 2026-07-28 upstreams closing the stream is the cancellation.
-        let mut cancel = CancelOnDrop {
-            transport: self,
-            link,
-            id,
-            armed: matches!(link.era, Era::Legacy(_)),
-        };
+        let mut cancel = CancelOnDrop { transport: self, link, id, armed: matches!(link.era, Era::Legacy(_)) };
         let exchange = async {
             let response = request.send().await.map_err(|e| self.transport_error(e))?;
             let session = response.headers().get(mcp_header::SESSION_ID).cloned();
@@ -291,11 +244,7 @@ impl StreamableHttp {
 
     /// What it takes to POST to this upstream later, detached from `self` (for spawned tasks).
     fn poster(&self, link: &Link) -> Poster {
-        Poster {
-            http: self.http.clone(),
-            url: self.url.clone(),
-            headers: self.headers(link),
-        }
+        Poster { http: self.http.clone(), url: self.url.clone(), headers: self.headers(link) }
     }
 
     async fn notify(&self, link: &Link, method: &str) -> Result<(), UpstreamError> {
@@ -314,22 +263,13 @@ impl StreamableHttp {
 
     /// A POST with every per-hop header derived here — never copied from the agent's request.
     fn post(&self, link: &Link, body: Vec<u8>) -> reqwest::RequestBuilder {
-        self.http
-            .post(self.url.clone())
-            .headers(self.headers(link))
-            .body(body)
+        self.http.post(self.url.clone()).headers(self.headers(link)).body(body)
     }
 
     fn headers(&self, link: &Link) -> HeaderMap {
         let mut headers = self.static_headers.clone();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         let version = match link.era {
             Era::Modern => Some(ProtocolVersion::MODERN),
             // The header arrived with 2025-06-18; the session's negotiated version, never the agent's.
@@ -337,16 +277,10 @@ impl StreamableHttp {
             Era::Legacy(_) | Era::Bare => None,
         };
         if let Some(v) = version {
-            headers.insert(
-                HeaderName::from_static(mcp_header::PROTOCOL_VERSION),
-                HeaderValue::from_static(v.as_str()),
-            );
+            headers.insert(HeaderName::from_static(mcp_header::PROTOCOL_VERSION), HeaderValue::from_static(v.as_str()));
         }
         if let Some(session) = &link.session {
-            headers.insert(
-                HeaderName::from_static(mcp_header::SESSION_ID),
-                session.clone(),
-            );
+            headers.insert(HeaderName::from_static(mcp_header::SESSION_ID), session.clone());
         }
         if let Some(auth) = &link.auth {
             headers.insert(header::AUTHORIZATION, auth.clone());
@@ -370,9 +304,7 @@ impl StreamableHttp {
     ) -> Result<Box<RawValue>, UpstreamError> {
         let status = response.status();
         if status == StatusCode::ACCEPTED {
-            return Err(UpstreamError::Protocol(
-                "202 Accepted in answer to a request".into(),
-            ));
+            return Err(UpstreamError::Protocol("202 Accepted in answer to a request".into()));
         }
         if status.is_success() {
             let is_sse = response
@@ -391,14 +323,9 @@ impl StreamableHttp {
             StatusCode::UNAUTHORIZED => Err(UpstreamError::Unauthorized),
             StatusCode::NOT_FOUND if has_session => Err(UpstreamError::SessionExpired),
             _ => {
-                let body = read_capped(response, ERROR_BODY_CAP)
-                    .await
-                    .unwrap_or_default();
+                let body = read_capped(response, ERROR_BODY_CAP).await.unwrap_or_default();
                 // The reference servers answer an unknown session with 400 "No valid session ID".
-                if has_session
-                    && status == StatusCode::BAD_REQUEST
-                    && contains_ci(&body, b"session")
-                {
+                if has_session && status == StatusCode::BAD_REQUEST && contains_ci(&body, b"session") {
                     return Err(UpstreamError::SessionExpired);
                 }
                 // A JSON-RPC error in a 4xx body (2026-07-28 sends -32601 with 404) says more
@@ -411,17 +338,11 @@ impl StreamableHttp {
         }
     }
 
-    async fn read_json(
-        &self,
-        response: reqwest::Response,
-        id: u64,
-    ) -> Result<Box<RawValue>, UpstreamError> {
+    async fn read_json(&self, response: reqwest::Response, id: u64) -> Result<Box<RawValue>, UpstreamError> {
         let body = read_capped(response, self.max_response_bytes).await?;
         match parse_frame(&body, id) {
             Frame::Response(result) => result,
-            _ => Err(UpstreamError::Protocol(
-                "JSON body is not the response".into(),
-            )),
+            _ => Err(UpstreamError::Protocol("JSON body is not the response".into())),
         }
     }
 
@@ -448,9 +369,7 @@ impl StreamableHttp {
         let mut events = sse_stream::SseStream::from_bytes_stream(bytes);
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| match e {
-                sse_stream::Error::Body(inner) if inner.to_string().contains("exceeds") => {
-                    UpstreamError::TooLarge(cap)
-                }
+                sse_stream::Error::Body(inner) if inner.to_string().contains("exceeds") => UpstreamError::TooLarge(cap),
                 other => UpstreamError::Protocol(format!("SSE: {other}")),
             })?;
             let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
@@ -467,20 +386,14 @@ impl StreamableHttp {
                         tracing::debug!(namespace = %self.namespace, method, "upstream notification not relayed");
                     }
                 }
-                Frame::Request {
-                    id: request_id,
-                    method,
-                    params,
-                } => {
+                Frame::Request { id: request_id, method, params } => {
                     let answer = relay.and_then(|r| r.request(method.clone(), params));
                     self.answer_server_request(link, request_id, &method, answer);
                 }
                 Frame::Other => {}
             }
         }
-        Err(UpstreamError::Protocol(
-            "event stream ended before the response".into(),
-        ))
+        Err(UpstreamError::Protocol("event stream ended before the response".into()))
     }
 
     /// Answers an upstream's own request (sampling, elicitation, roots) once the agent side
@@ -512,11 +425,7 @@ impl StreamableHttp {
     }
 
     fn transport_error(&self, e: reqwest::Error) -> UpstreamError {
-        if e.is_timeout() {
-            UpstreamError::Timeout(self.timeout)
-        } else {
-            UpstreamError::Connect(e)
-        }
+        if e.is_timeout() { UpstreamError::Timeout(self.timeout) } else { UpstreamError::Connect(e) }
     }
 }
 
@@ -555,39 +464,24 @@ fn parse_frame(body: &[u8], id: u64) -> Frame {
     let message: Message = match serde_json::from_slice(body) {
         Ok(m) => m,
         Err(e) => {
-            return Frame::Response(Err(UpstreamError::Protocol(format!(
-                "invalid JSON-RPC message: {e}"
-            ))));
+            return Frame::Response(Err(UpstreamError::Protocol(format!("invalid JSON-RPC message: {e}"))));
         }
     };
     let params = || message.params.clone().unwrap_or_else(|| json!({}));
     match (&message.method, &message.id) {
         (Some(method), None) => {
-            return Frame::Notification {
-                method: method.clone(),
-                params: params(),
-            };
+            return Frame::Notification { method: method.clone(), params: params() };
         }
         (Some(method), Some(request_id)) => {
-            return Frame::Request {
-                id: request_id.clone(),
-                method: method.clone(),
-                params: params(),
-            };
+            return Frame::Request { id: request_id.clone(), method: method.clone(), params: params() };
         }
         (None, Some(v)) if v.as_u64() != Some(id) && !v.is_null() => return Frame::Other,
         (None, _) => {}
     }
     Frame::Response(match (message.result, message.error) {
         (Some(result), None) => Ok(result),
-        (_, Some(error)) => Err(UpstreamError::Rpc {
-            code: error.code,
-            message: error.message,
-            data: error.data,
-        }),
-        (None, None) => Err(UpstreamError::Protocol(
-            "response has neither result nor error".into(),
-        )),
+        (_, Some(error)) => Err(UpstreamError::Rpc { code: error.code, message: error.message, data: error.data }),
+        (None, None) => Err(UpstreamError::Protocol("response has neither result nor error".into())),
     })
 }
 
@@ -648,9 +542,7 @@ async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Bytes, U
 }
 
 fn contains_ci(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
+    haystack.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 #[cfg(test)]
@@ -660,10 +552,7 @@ mod tests {
     #[test]
     fn routing_name_wraps_non_ascii_in_base64() {
         let params = json!({"name": "echo"});
-        assert_eq!(
-            routing_name("tools/call", params.as_object().unwrap()).unwrap(),
-            "echo"
-        );
+        assert_eq!(routing_name("tools/call", params.as_object().unwrap()).unwrap(), "echo");
         let params = json!({"name": "héllo wörld"});
         let v = routing_name("tools/call", params.as_object().unwrap()).unwrap();
         assert!(v.to_str().unwrap().starts_with("=?base64?"));
@@ -673,18 +562,11 @@ mod tests {
     #[test]
     fn frames_are_told_apart() {
         let frame = |body: &str| parse_frame(body.as_bytes(), 1);
-        assert!(
-            matches!(frame(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#),
-            Frame::Notification { ref method, .. } if method == "notifications/progress")
-        );
-        assert!(
-            matches!(frame(r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage"}"#),
-            Frame::Request { ref id, .. } if id == "s1")
-        );
-        assert!(matches!(
-            frame(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
-            Frame::Other
-        ));
+        assert!(matches!(frame(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#),
+            Frame::Notification { ref method, .. } if method == "notifications/progress"));
+        assert!(matches!(frame(r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage"}"#),
+            Frame::Request { ref id, .. } if id == "s1"));
+        assert!(matches!(frame(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#), Frame::Other));
         match frame(r#"{"jsonrpc":"2.0","id":1,"result":{"a":1}}"#) {
             Frame::Response(Ok(raw)) => assert_eq!(raw.get(), r#"{"a":1}"#),
             _ => panic!("our response"),
@@ -693,10 +575,7 @@ mod tests {
             frame(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}"#),
             Frame::Response(Err(UpstreamError::Rpc { code: -32601, .. }))
         ));
-        assert!(matches!(
-            frame("{nope"),
-            Frame::Response(Err(UpstreamError::Protocol(_)))
-        ));
+        assert!(matches!(frame("{nope"), Frame::Response(Err(UpstreamError::Protocol(_)))));
     }
 }
 
@@ -735,10 +614,7 @@ async fn watch(poster: Poster, era: Era, list_changed: Arc<Notify>, stop: Cancel
             let Ok(message) = serde_json::from_str::<Value>(&data) else {
                 continue;
             };
-            let method = message
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
             match (method, message.get("id")) {
                 (
                     "notifications/tools/list_changed"
@@ -750,9 +626,7 @@ async fn watch(poster: Poster, era: Era, list_changed: Arc<Notify>, stop: Cancel
                 }
                 // A request on this stream is unrelated to any agent call: nobody can answer.
                 (method, Some(id)) if !method.is_empty() => {
-                    poster.post_detached(
-                        json!({ "jsonrpc": "2.0", "id": id, "error": relay::unsupported(method) }),
-                    );
+                    poster.post_detached(json!({ "jsonrpc": "2.0", "id": id, "error": relay::unsupported(method) }));
                 }
                 _ => {}
             }
@@ -770,26 +644,20 @@ async fn open_watch(poster: &Poster, era: Era) -> Result<Option<reqwest::Respons
     let request = match era {
         Era::Legacy(_) => {
             headers.remove(header::CONTENT_TYPE);
-            headers.insert(
-                header::ACCEPT,
-                HeaderValue::from_static("text/event-stream"),
-            );
+            headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
             poster.http.get(poster.url.clone()).headers(headers)
         }
         Era::Modern => {
             let mut params = Map::new();
-            params.insert("notifications".into(), json!({ "toolsListChanged": true, "resourcesListChanged": true, "promptsListChanged": true }));
+            params.insert(
+                "notifications".into(),
+                json!({ "toolsListChanged": true, "resourcesListChanged": true, "promptsListChanged": true }),
+            );
             stamp_envelope(Era::Modern, &mut params);
             let body = json!({ "jsonrpc": "2.0", "id": "gatehouse-watch", "method": "subscriptions/listen", "params": params });
-            headers.insert(
-                HeaderName::from_static(mcp_header::METHOD),
-                HeaderValue::from_static("subscriptions/listen"),
-            );
-            poster
-                .http
-                .post(poster.url.clone())
-                .headers(headers)
-                .body(body.to_string())
+            headers
+                .insert(HeaderName::from_static(mcp_header::METHOD), HeaderValue::from_static("subscriptions/listen"));
+            poster.http.post(poster.url.clone()).headers(headers).body(body.to_string())
         }
         Era::Bare => return Ok(None),
     };

@@ -26,11 +26,7 @@ fn check_prints_the_resolved_plan_without_secrets() {
         .env("UP", "up-secret")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let plan = String::from_utf8(out.stdout).unwrap();
     for expected in [
         "listen: http://127.0.0.1:8090/mcp",
@@ -39,10 +35,7 @@ fn check_prints_the_resolved_plan_without_secrets() {
         "bearer from $UP",
         "https://bamboo.example.com/mcp",
     ] {
-        assert!(
-            plan.contains(expected),
-            "{expected:?} missing from:\n{plan}"
-        );
+        assert!(plan.contains(expected), "{expected:?} missing from:\n{plan}");
     }
     for secret in ["gw-secret", "up-secret", "pw@"] {
         assert!(!plan.contains(secret), "{secret} leaked:\n{plan}");
@@ -51,51 +44,28 @@ fn check_prints_the_resolved_plan_without_secrets() {
 
 #[test]
 fn invalid_configs_name_the_key_and_line() {
-    let (_dir, path) = write_config(
-        "[gateway]\nauth_disabled = true\n\n[[upstreams]]\nnamespace = \"a\"\nurl = \"localhost:8000\"\n",
-    );
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let (_dir, path) =
+        write_config("[gateway]\nauth_disabled = true\n\n[[upstreams]]\nnamespace = \"a\"\nurl = \"localhost:8000\"\n");
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
-        err.contains("line 6")
-            && err.contains("upstreams[0].url")
-            && err.contains("expected an absolute http(s) URL"),
+        err.contains("line 6") && err.contains("upstreams[0].url") && err.contains("expected an absolute http(s) URL"),
         "{err}"
     );
 
     let (_dir, path) = write_config("[gateway]\nauth_disabled = true\nbogus = 1\n");
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        err.contains("gateway.bogus") && err.contains("line 3") && err.contains("unknown field"),
-        "{err}"
-    );
+    assert!(err.contains("gateway.bogus") && err.contains("line 3") && err.contains("unknown field"), "{err}");
 }
 
 #[test]
 fn config_path_falls_back_to_gatehouse_then_panda_env() {
     let (_dir, path) = write_config("[gateway]\nauth_disabled = true\n");
     for var in ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"] {
-        let out = Command::new(BIN)
-            .arg("check")
-            .env_remove("GATEHOUSE_CONFIG")
-            .env(var, &path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{var}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new(BIN).arg("check").env_remove("GATEHOUSE_CONFIG").env(var, &path).output().unwrap();
+        assert!(out.status.success(), "{var}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let out = Command::new(BIN)
         .arg("check")
@@ -124,10 +94,7 @@ async fn stdio_mode_serves_mcp_on_stdin_and_stdout() {
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut send = async |message: Value| {
-        stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
+        stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
     };
     send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})).await;
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;

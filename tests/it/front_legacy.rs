@@ -27,10 +27,7 @@ async fn initialize_negotiates_versions_and_issues_an_unguessable_session() {
         assert_eq!(result["serverInfo"]["name"], "gatehouse");
         assert!(
             result["instructions"].as_str().unwrap().contains("fake__")
-                || result["instructions"]
-                    .as_str()
-                    .unwrap()
-                    .contains("<namespace>__<tool>")
+                || result["instructions"].as_str().unwrap().contains("<namespace>__<tool>")
         );
         let session = client.session.unwrap();
         assert_eq!(session.len(), 64);
@@ -46,42 +43,18 @@ async fn unknown_missing_and_deleted_sessions() {
 
     let mut stranger = Legacy::new(&gw.url);
     stranger.session = Some("0".repeat(64));
-    assert_eq!(
-        stranger
-            .post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
-            .await
-            .status,
-        404
-    );
+    assert_eq!(stranger.post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await.status, 404);
 
     let anonymous = Legacy::new(&gw.url);
-    let reply = anonymous
-        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
-        .await;
+    let reply = anonymous.post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await;
     assert_eq!(reply.status, 400, "{}", reply.body);
 
-    let delete = client
-        .http
-        .delete(&gw.url)
-        .header("mcp-session-id", client.session.as_ref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let delete =
+        client.http.delete(&gw.url).header("mcp-session-id", client.session.as_ref().unwrap()).send().await.unwrap();
     assert_eq!(delete.status(), 200);
-    assert_eq!(
-        client
-            .post(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
-            .await
-            .status,
-        404
-    );
-    let again = client
-        .http
-        .delete(&gw.url)
-        .header("mcp-session-id", client.session.as_ref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(client.post(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await.status, 404);
+    let again =
+        client.http.delete(&gw.url).header("mcp-session-id", client.session.as_ref().unwrap()).send().await.unwrap();
     assert_eq!(again.status(), 404);
 }
 
@@ -90,9 +63,7 @@ async fn protocol_version_header_rules() {
     let (_up, gw) = gateway().await;
     let client = Legacy::connect(&gw.url).await;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
-    let unsupported = client
-        .post_with(ping.clone(), &[("mcp-protocol-version", "1999-01-01")])
-        .await;
+    let unsupported = client.post_with(ping.clone(), &[("mcp-protocol-version", "1999-01-01")]).await;
     assert_eq!(unsupported.status, 400, "{}", unsupported.body);
     assert!(unsupported.body.contains("Unsupported protocol version"));
     // Absent: the session's negotiated version applies.
@@ -110,27 +81,9 @@ async fn accept_and_content_type_are_checked() {
     let (_up, gw) = gateway().await;
     let client = Legacy::connect(&gw.url).await;
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
-    assert_eq!(
-        client
-            .post_with(ping.clone(), &[("accept", "application/json")])
-            .await
-            .status,
-        406
-    );
-    assert_eq!(
-        client
-            .post_with(ping.clone(), &[("accept", "text/event-stream")])
-            .await
-            .status,
-        406
-    );
-    assert_eq!(
-        client
-            .post_with(ping.clone(), &[("content-type", "text/plain")])
-            .await
-            .status,
-        415
-    );
+    assert_eq!(client.post_with(ping.clone(), &[("accept", "application/json")]).await.status, 406);
+    assert_eq!(client.post_with(ping.clone(), &[("accept", "text/event-stream")]).await.status, 406);
+    assert_eq!(client.post_with(ping.clone(), &[("content-type", "text/plain")]).await.status, 415);
     let get = client
         .http
         .get(&gw.url)
@@ -146,11 +99,10 @@ async fn accept_and_content_type_are_checked() {
 async fn notifications_and_responses_get_202() {
     let (_up, gw) = gateway().await;
     let client = Legacy::connect(&gw.url).await;
-    let n = client.post(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}})).await;
+    let n =
+        client.post(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}})).await;
     assert_eq!((n.status, n.body.as_str()), (202, ""));
-    let r = client
-        .post(json!({"jsonrpc": "2.0", "id": "srv-1", "result": {}}))
-        .await;
+    let r = client.post(json!({"jsonrpc": "2.0", "id": "srv-1", "result": {}})).await;
     assert_eq!(r.status, 202);
 }
 
@@ -169,12 +121,7 @@ async fn batches_are_rejected_from_2025_06_18_and_served_for_2025_03_26() {
     let reply = old.post(batch).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     let answers = reply.json();
-    let ids: Vec<&Value> = answers
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| &a["id"])
-        .collect();
+    let ids: Vec<&Value> = answers.as_array().unwrap().iter().map(|a| &a["id"]).collect();
     assert_eq!(ids, [&json!(1), &json!(2)]);
 }
 
@@ -186,16 +133,8 @@ async fn malformed_input_gets_specific_errors_and_the_server_keeps_serving() {
         ("{not json", 400, -32700),
         ("[1, 2", 400, -32700),
         ("42", 400, -32600),
-        (
-            r#"{"jsonrpc": "2.0", "id": null, "method": "ping"}"#,
-            400,
-            -32600,
-        ),
-        (
-            r#"{"jsonrpc": "1.0", "id": 3, "method": "ping"}"#,
-            400,
-            -32600,
-        ),
+        (r#"{"jsonrpc": "2.0", "id": null, "method": "ping"}"#, 400, -32600),
+        (r#"{"jsonrpc": "1.0", "id": 3, "method": "ping"}"#, 400, -32600),
     ];
     for (body, status, code) in cases {
         let reply = client.post_with(body.into(), &[]).await;
@@ -208,23 +147,10 @@ async fn malformed_input_gets_specific_errors_and_the_server_keeps_serving() {
     let wrong_type = client.request("tools/call", json!({"name": 42})).await;
     assert_eq!(wrong_type["error"]["code"], -32602);
     assert_eq!(wrong_type["error"]["data"]["field"], "params.name");
-    assert!(
-        wrong_type["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("params.name")
-    );
-    assert!(
-        !wrong_type.to_string().contains("42"),
-        "values are not echoed: {wrong_type}"
-    );
+    assert!(wrong_type["error"]["message"].as_str().unwrap().contains("params.name"));
+    assert!(!wrong_type.to_string().contains("42"), "values are not echoed: {wrong_type}");
 
-    let bad_args = client
-        .request(
-            "tools/call",
-            json!({"name": "fake__echo", "arguments": [1]}),
-        )
-        .await;
+    let bad_args = client.request("tools/call", json!({"name": "fake__echo", "arguments": [1]})).await;
     assert_eq!(bad_args["error"]["data"]["field"], "params.arguments");
 
     // Still serving.
@@ -234,8 +160,7 @@ async fn malformed_input_gets_specific_errors_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn oversized_bodies_get_413() {
     let up = FakeUpstream::new().echo_tool("echo").start().await;
-    let config =
-        config_for(&[("fake", &up.url())]).replace("[gateway]", "[gateway]\nmax_body_bytes = 1024");
+    let config = config_for(&[("fake", &up.url())]).replace("[gateway]", "[gateway]\nmax_body_bytes = 1024");
     let gw = TestGateway::start(&config).await;
     let client = Legacy::connect(&gw.url).await;
     let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fake__echo", "arguments": {"message": "x".repeat(4096)}}});
@@ -257,26 +182,13 @@ async fn answers_are_json_until_there_is_something_to_relay() {
 #[tokio::test]
 async fn upstream_log_messages_stream_before_the_answer() {
     // This fake answers on an SSE stream that carries a notifications/message first.
-    let up = FakeUpstream::new()
-        .echo_tool("echo")
-        .sse_responses()
-        .start()
-        .await;
+    let up = FakeUpstream::new().echo_tool("echo").sse_responses().start().await;
     let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
     let client = Legacy::connect(&gw.url).await;
     let reply = client.post(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "fake__echo", "arguments": {"message": "hi"}}})).await;
-    assert_eq!(
-        reply.header("content-type"),
-        Some("text/event-stream"),
-        "{}",
-        reply.body
-    );
-    let messages: Vec<Value> = reply
-        .body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    assert_eq!(reply.header("content-type"), Some("text/event-stream"), "{}", reply.body);
+    let messages: Vec<Value> =
+        reply.body.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert_eq!(messages[0]["method"], "notifications/message");
     assert_eq!(messages[0]["params"]["data"], "working");
@@ -302,10 +214,7 @@ async fn get_stream_primes_keeps_alive_and_carries_list_changed() {
     assert_eq!(stream.status(), 200);
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
     let first = String::from_utf8(stream.chunk().await.unwrap().unwrap().to_vec()).unwrap();
-    assert!(
-        first.starts_with("id: g1-0\n") && first.contains("data: \n"),
-        "priming event: {first:?}"
-    );
+    assert!(first.starts_with("id: g1-0\n") && first.contains("data: \n"), "priming event: {first:?}");
 
     // The catalog refreshes every second: a new tool reaches the stream as list_changed.
     up.set_tools(vec![
@@ -322,10 +231,5 @@ async fn get_stream_primes_keeps_alive_and_carries_list_changed() {
             .unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
-    assert!(
-        client
-            .tool_names()
-            .await
-            .contains(&"fake__added".to_string())
-    );
+    assert!(client.tool_names().await.contains(&"fake__added".to_string()));
 }

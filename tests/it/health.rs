@@ -9,7 +9,7 @@ use crate::support::*;
 
 fn config(url: &str, extra: &str) -> String {
     format!(
-        "[gateway]\nauth_disabled = true\nmanifest_ttl = \"1h\"\n{}{extra}",
+        "[gateway]\nauth_disabled = true\nmanifest_ttl = \"1h\"\n{PLAIN_CATALOG}{}{extra}",
         upstream_block("fake", url)
     )
 }
@@ -24,18 +24,11 @@ async fn one_missed_ping_degrades_two_take_it_down_and_it_comes_back() {
 
     let degraded = gw.wait_for_state("fake", "degraded").await;
     assert_eq!(degraded["last_error"]["class"], "http_status", "{degraded}");
-    assert_eq!(
-        client.tool_names().await,
-        ["fake__echo"],
-        "a degraded upstream keeps its tools"
-    );
+    assert_eq!(client.tool_names().await, ["fake__echo"], "a degraded upstream keeps its tools");
 
     let down = gw.wait_for_state("fake", "down").await;
     assert!(down["last_error"]["at"].is_string());
-    assert!(
-        client.tool_names().await.is_empty(),
-        "a down upstream's tools are withdrawn"
-    );
+    assert!(client.tool_names().await.is_empty(), "a down upstream's tools are withdrawn");
     assert_eq!(gw.healthz().await["status"], "degraded");
 
     up.set_down(false);
@@ -57,11 +50,7 @@ async fn an_announced_list_change_is_probed_at_once() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(
-        up.get_streams_opened(),
-        1,
-        "the gateway watches the upstream's GET stream"
-    );
+    assert_eq!(up.get_streams_opened(), 1, "the gateway watches the upstream's GET stream");
 
     up.set_tools(vec![
         (tool_def("echo", json!({"type": "object"})), echo()),
@@ -70,23 +59,13 @@ async fn an_announced_list_change_is_probed_at_once() {
     let announced = Instant::now();
     up.announce_tools_changed();
     loop {
-        if client
-            .tool_names()
-            .await
-            .contains(&"fake__fresh".to_string())
-        {
+        if client.tool_names().await.contains(&"fake__fresh".to_string()) {
             break;
         }
-        assert!(
-            announced.elapsed() < Duration::from_secs(20),
-            "the change never arrived"
-        );
+        assert!(announced.elapsed() < Duration::from_secs(20), "the change never arrived");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!(
-        "list_changed to catalog: {} ms",
-        announced.elapsed().as_millis()
-    );
+    println!("list_changed to catalog: {} ms", announced.elapsed().as_millis());
 }
 
 #[tokio::test]
@@ -112,12 +91,6 @@ async fn an_unchanged_probe_changes_nothing_downstream() {
     }
     assert!(up.hit_count("tools/list") >= 4, "probed repeatedly");
     let quiet = tokio::time::timeout(Duration::from_millis(500), stream.chunk()).await;
-    assert!(
-        quiet.is_err(),
-        "no list_changed for an unchanged fingerprint: {quiet:?}"
-    );
-    assert_eq!(
-        gw.healthz().await["upstreams"][0]["fingerprint"],
-        before["fingerprint"]
-    );
+    assert!(quiet.is_err(), "no list_changed for an unchanged fingerprint: {quiet:?}");
+    assert_eq!(gw.healthz().await["upstreams"][0]["fingerprint"], before["fingerprint"]);
 }

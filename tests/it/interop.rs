@@ -15,47 +15,19 @@ use crate::support::*;
 async fn python_sdk_through_the_gateway_to_server_everything_and_a_second_upstream() {
     let everything = server_everything("streamableHttp").await;
     let mine = FakeUpstream::new().echo_tool("shout").start().await;
-    let gw = TestGateway::start(&config_for(&[
-        ("everything", &everything.url),
-        ("mine", &mine.url()),
-    ]))
-    .await;
+    let gw = TestGateway::start(&config_for(&[("everything", &everything.url), ("mine", &mine.url())])).await;
 
     for era in ["legacy", "modern"] {
-        let out = sdk_client(
-            era,
-            &gw.url,
-            Some(("everything__echo", r#"{"message": "hi"}"#)),
-            None,
-        )
-        .await;
-        let expected_version = if era == "legacy" {
-            "2025-11-25"
-        } else {
-            "2026-07-28"
-        };
+        let out = sdk_client(era, &gw.url, Some(("everything__echo", r#"{"message": "hi"}"#)), None).await;
+        let expected_version = if era == "legacy" { "2025-11-25" } else { "2026-07-28" };
         assert_eq!(out["protocol_version"], expected_version);
-        let tools: Vec<&str> = out["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_str().unwrap())
-            .collect();
-        assert!(
-            tools.contains(&"everything__echo") && tools.contains(&"everything__get-sum"),
-            "{tools:?}"
-        );
+        let tools: Vec<&str> = out["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert!(tools.contains(&"everything__echo") && tools.contains(&"everything__get-sum"), "{tools:?}");
         assert!(tools.contains(&"mine__shout"), "{tools:?}");
         assert_eq!(out["call"]["is_error"], false);
         assert_eq!(out["call"]["content"][0]["text"], "Echo: hi", "{era}");
 
-        let out = sdk_client(
-            era,
-            &gw.url,
-            Some(("mine__shout", r#"{"message": "hello"}"#)),
-            None,
-        )
-        .await;
+        let out = sdk_client(era, &gw.url, Some(("mine__shout", r#"{"message": "hello"}"#)), None).await;
         assert_eq!(out["call"]["content"][0]["text"], "hello", "{era}");
     }
     assert_eq!(mine.hit_count("tools/call"), 2);
@@ -64,18 +36,9 @@ async fn python_sdk_through_the_gateway_to_server_everything_and_a_second_upstre
 #[tokio::test]
 async fn python_sdk_with_a_bearer_token() {
     let mine = FakeUpstream::new().echo_tool("echo").start().await;
-    let config = format!(
-        "[gateway]\nbearer_token_env = \"GW_TOKEN\"\n{}",
-        upstream_block("mine", &mine.url())
-    );
+    let config = format!("[gateway]\nbearer_token_env = \"GW_TOKEN\"\n{}", upstream_block("mine", &mine.url()));
     let gw = TestGateway::start_with_env(&config, &[("GW_TOKEN", "sdk-token")]).await;
-    let out = sdk_client(
-        "legacy",
-        &gw.url,
-        Some(("mine__echo", r#"{"message": "authed"}"#)),
-        Some("sdk-token"),
-    )
-    .await;
+    let out = sdk_client("legacy", &gw.url, Some(("mine__echo", r#"{"message": "authed"}"#)), Some("sdk-token")).await;
     assert_eq!(out["call"]["content"][0]["text"], "authed");
 }
 
@@ -85,15 +48,12 @@ async fn python_sdk_with_a_bearer_token() {
 async fn conformance(package: &str, args: &[&str], baseline: &str) -> (usize, usize) {
     let fixture = conformance_fixture().await;
     let config = format!(
-        "[gateway]\nauth_disabled = true\nprefix_mode = \"never\"\n{}",
+        "[gateway]\nauth_disabled = true\nprefix_mode = \"never\"\n{PLAIN_CATALOG}{}",
         upstream_block("fixture", &fixture.url)
     );
     let gw = TestGateway::start(&config).await;
     let out_dir = tempfile::tempdir().unwrap();
-    let entry = interop_dir()
-        .join("node_modules")
-        .join(package)
-        .join("dist/index.js");
+    let entry = interop_dir().join("node_modules").join(package).join("dist/index.js");
     let output = tokio::time::timeout(
         Duration::from_secs(600),
         tokio::process::Command::new(node())
@@ -118,19 +78,11 @@ async fn conformance(package: &str, args: &[&str], baseline: &str) -> (usize, us
         "{package} {args:?} regressed against {baseline}:\n{}\n{}\ngateway log:\n{}",
         stdout
             .lines()
-            .filter(|l| l.contains('✗')
-                || l.contains("Unexpected")
-                || l.contains("Stale")
-                || l.contains("  "))
+            .filter(|l| l.contains('✗') || l.contains("Unexpected") || l.contains("Stale") || l.contains("  "))
             .collect::<Vec<_>>()
             .join("\n"),
         String::from_utf8_lossy(&output.stderr),
-        gw.logs()
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .join("\n")
+        gw.logs().lines().rev().take(40).collect::<Vec<_>>().join("\n")
     );
     assert!(passed > 0);
     (passed, failed)
@@ -145,8 +97,7 @@ fn count_checks(dir: &Path) -> (usize, usize) {
             if path.is_dir() {
                 stack.push(path);
             } else if path.file_name().is_some_and(|n| n == "checks.json") {
-                let checks: Vec<Value> =
-                    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                let checks: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
                 passed += checks.iter().filter(|c| c["status"] == "SUCCESS").count();
                 failed += checks.iter().filter(|c| c["status"] == "FAILURE").count();
             }
@@ -157,20 +108,10 @@ fn count_checks(dir: &Path) -> (usize, usize) {
 
 #[tokio::test]
 async fn conformance_2025_11_25_suite_through_the_gateway() {
-    conformance(
-        "conformance-legacy",
-        &["--suite", "all"],
-        "expected-failures-2025.yml",
-    )
-    .await;
+    conformance("conformance-legacy", &["--suite", "all"], "expected-failures-2025.yml").await;
 }
 
 #[tokio::test]
 async fn conformance_2026_07_28_suite_through_the_gateway() {
-    conformance(
-        "conformance-modern",
-        &["--requirements", "2026-07-28"],
-        "expected-failures-2026.yml",
-    )
-    .await;
+    conformance("conformance-modern", &["--requirements", "2026-07-28"], "expected-failures-2026.yml").await;
 }

@@ -8,11 +8,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 async fn setup(fault: Fault) -> (FakeUpstream, TestGateway) {
-    let up = FakeUpstream::new()
-        .echo_tool("ask")
-        .fault("ask", fault)
-        .start()
-        .await;
+    let up = FakeUpstream::new().echo_tool("ask").fault("ask", fault).start().await;
     let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
     (up, gw)
 }
@@ -22,10 +18,8 @@ async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&Value) -> b
     let mut buffer = String::new();
     let mut messages = Vec::new();
     loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(20), response.chunk())
-            .await
-            .expect("SSE event in time")
-            .unwrap();
+        let chunk =
+            tokio::time::timeout(Duration::from_secs(20), response.chunk()).await.expect("SSE event in time").unwrap();
         let Some(chunk) = chunk else { return messages };
         buffer.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = buffer.find("\n\n") {
@@ -43,7 +37,8 @@ async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&Value) -> b
 }
 
 fn call_request(id: u64) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "fake__ask", "arguments": {}}}).to_string()
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "fake__ask", "arguments": {}}})
+        .to_string()
 }
 
 fn streaming_request(client: &Legacy, body: String) -> reqwest::RequestBuilder {
@@ -62,8 +57,7 @@ async fn post_streaming(client: &Legacy, body: String) -> reqwest::Response {
 }
 
 #[tokio::test]
-async fn an_upstream_sampling_request_reaches_an_agent_that_declared_sampling_and_the_answer_goes_back()
- {
+async fn an_upstream_sampling_request_reaches_an_agent_that_declared_sampling_and_the_answer_goes_back() {
     let (up, gw) = setup(Fault::AskClient("sampling/createMessage")).await;
     let mut client = Legacy::new(&gw.url);
     let init = client
@@ -78,27 +72,16 @@ async fn an_upstream_sampling_request_reaches_an_agent_that_declared_sampling_an
     let ask = first.last().unwrap();
     assert_eq!(ask["method"], "sampling/createMessage");
     let relayed_id = ask["id"].as_str().unwrap().to_string();
-    assert!(
-        relayed_id.starts_with("gatehouse-"),
-        "the gateway mints its own ids: {relayed_id}"
-    );
+    assert!(relayed_id.starts_with("gatehouse-"), "the gateway mints its own ids: {relayed_id}");
 
     let answer = json!({"jsonrpc": "2.0", "id": relayed_id, "result": {"role": "assistant", "content": {"type": "text", "text": "forty-two"}}});
     assert_eq!(client.post(answer).await.status, 202);
     let rest = read_until(&mut stream, |m| m.get("result").is_some()).await;
     let result = rest.last().unwrap();
     assert_eq!(result["id"], 1);
+    assert!(result["result"]["content"][0]["text"].as_str().unwrap().contains("forty-two"), "{result}");
     assert!(
-        result["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("forty-two"),
-        "{result}"
-    );
-    assert!(
-        up.hits("")
-            .iter()
-            .any(|h| h.id == Some(json!("srv-1")) || h.id == Some(json!("srv-0"))),
+        up.hits("").iter().any(|h| h.id == Some(json!("srv-1")) || h.id == Some(json!("srv-0"))),
         "the answer was POSTed upstream"
     );
 }
@@ -110,27 +93,11 @@ async fn server_requests_an_agent_cannot_answer_are_refused_upstream() {
     let client = Legacy::connect(&gw.url).await;
     let reply = client.call_tool("fake__ask", json!({})).await;
     let text = reply["result"]["content"][0]["text"].as_str().unwrap();
-    assert!(
-        text.contains("-32601") && text.contains("elicitation/create"),
-        "the upstream got a refusal: {text}"
-    );
+    assert!(text.contains("-32601") && text.contains("elicitation/create"), "the upstream got a refusal: {text}");
 
     // 2026-07-28 agents are never sent server requests.
-    let reply = modern(
-        &gw.url,
-        "tools/call",
-        json!({"name": "fake__ask", "arguments": {}}),
-        &[],
-    )
-    .await
-    .json();
-    assert!(
-        reply["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("-32601"),
-        "{reply}"
-    );
+    let reply = modern(&gw.url, "tools/call", json!({"name": "fake__ask", "arguments": {}}), &[]).await.json();
+    assert!(reply["result"]["content"][0]["text"].as_str().unwrap().contains("-32601"), "{reply}");
 }
 
 #[tokio::test]
@@ -150,17 +117,9 @@ async fn notifications_cancelled_from_the_agent_cancels_the_upstream_request() {
     };
     let (response, ()) = tokio::join!(pending, cancel);
     let body = response.text().await.unwrap();
-    assert!(
-        !body.contains("\"id\":77"),
-        "a cancelled request gets no answer: {body}"
-    );
+    assert!(!body.contains("\"id\":77"), "a cancelled request gets no answer: {body}");
     let upstream_id = up.hits("tools/call")[0].id.clone().unwrap();
-    wait_for(|| {
-        up.hits("notifications/cancelled")
-            .iter()
-            .any(|h| h.params["requestId"] == upstream_id)
-    })
-    .await;
+    wait_for(|| up.hits("notifications/cancelled").iter().any(|h| h.params["requestId"] == upstream_id)).await;
 }
 
 #[tokio::test]
@@ -174,12 +133,7 @@ async fn an_agent_that_goes_away_cancels_the_upstream_request() {
     wait_for(|| up.hit_count("tools/call") == 1).await;
     call.abort();
     let upstream_id = up.hits("tools/call")[0].id.clone().unwrap();
-    wait_for(|| {
-        up.hits("notifications/cancelled")
-            .iter()
-            .any(|h| h.params["requestId"] == upstream_id)
-    })
-    .await;
+    wait_for(|| up.hits("notifications/cancelled").iter().any(|h| h.params["requestId"] == upstream_id)).await;
 }
 
 async fn wait_for(condition: impl Fn() -> bool) {

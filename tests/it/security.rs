@@ -35,7 +35,12 @@ async fn origins_outside_loopback_and_the_allow_list_get_403() {
         assert_eq!(reply.status, status, "{origin}: {}", reply.body);
     }
     // A forbidden origin learns nothing, and nothing reaches an upstream.
-    let reply = client.post_with(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fake__echo"}}).to_string(), &[("origin", "http://evil.example.com")]).await;
+    let reply = client
+        .post_with(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fake__echo"}}).to_string(),
+            &[("origin", "http://evil.example.com")],
+        )
+        .await;
     assert_eq!(reply.status, 403);
     assert_eq!(up.hit_count("tools/call"), 0);
 }
@@ -45,16 +50,9 @@ async fn host_header_must_name_the_loopback_bind() {
     let (_up, gw) = authed_gateway("").await;
     let client = Legacy::new(&gw.url).with_token(TOKEN);
     let port = gw.base.rsplit(':').next().unwrap().to_string();
-    let evil = client
-        .post_with(
-            init_body(),
-            &[("host", &format!("evil.example.com:{port}"))],
-        )
-        .await;
+    let evil = client.post_with(init_body(), &[("host", &format!("evil.example.com:{port}"))]).await;
     assert_eq!(evil.status, 403, "DNS-rebinding defence");
-    let fine = client
-        .post_with(init_body(), &[("host", &format!("localhost:{port}"))])
-        .await;
+    let fine = client.post_with(init_body(), &[("host", &format!("localhost:{port}"))]).await;
     assert_eq!(fine.status, 200);
 }
 
@@ -64,55 +62,25 @@ async fn bearer_token_is_required_on_every_verb() {
     let anonymous = Legacy::new(&gw.url);
     let reply = anonymous.post_with(init_body(), &[]).await;
     assert_eq!(reply.status, 401);
-    assert!(
-        reply
-            .header("www-authenticate")
-            .unwrap()
-            .starts_with("Bearer")
-    );
-    assert_eq!(
-        reply.json()["error"]["data"]["_meta"]["gatehouse/error"],
-        "unauthenticated"
-    );
+    assert!(reply.header("www-authenticate").unwrap().starts_with("Bearer"));
+    assert_eq!(reply.json()["error"]["data"]["_meta"]["gatehouse/error"], "unauthenticated");
     let wrong = Legacy::new(&gw.url).with_token("agent-token-Zq82");
     assert_eq!(wrong.post_with(init_body(), &[]).await.status, 401);
-    let get = crate::support::http_client()
-        .get(&gw.url)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let get = crate::support::http_client().get(&gw.url).header("accept", "text/event-stream").send().await.unwrap();
     assert_eq!(get.status(), 401);
-    let delete = crate::support::http_client()
-        .delete(&gw.url)
-        .header("mcp-session-id", "x")
-        .send()
-        .await
-        .unwrap();
+    let delete = crate::support::http_client().delete(&gw.url).header("mcp-session-id", "x").send().await.unwrap();
     assert_eq!(delete.status(), 401);
     let modern_call = modern(&gw.url, "tools/call", json!({"name": "fake__echo"}), &[]).await;
     assert_eq!(modern_call.status, 401);
     assert_eq!(up.hit_count("tools/call"), 0);
 
     // /healthz stays open and says nothing secret.
-    let health = http_client()
-        .get(format!("{}/healthz", gw.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let health = http_client().get(format!("{}/healthz", gw.base)).send().await.unwrap().text().await.unwrap();
     assert!(!health.contains(TOKEN));
 
     let mut client = Legacy::new(&gw.url).with_token(TOKEN);
     client.initialize().await;
-    assert_eq!(
-        client
-            .call_tool("fake__echo", json!({"message": "ok"}))
-            .await["result"]["content"][0]["text"],
-        "ok"
-    );
+    assert_eq!(client.call_tool("fake__echo", json!({"message": "ok"})).await["result"]["content"][0]["text"], "ok");
 }
 
 #[tokio::test]
@@ -126,13 +94,7 @@ async fn sessions_are_bound_to_their_principal() {
     // Same session id, no credential: authentication fails before the session is even looked up.
     let mut thief = Legacy::new(&gw.url);
     thief.session = client.session.clone();
-    assert_eq!(
-        thief
-            .post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
-            .await
-            .status,
-        401
-    );
+    assert_eq!(thief.post(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await.status, 401);
 }
 
 #[tokio::test]
@@ -141,23 +103,13 @@ async fn the_agents_token_session_and_protocol_headers_never_reach_upstreams() {
     let mut client = Legacy::new(&gw.url).with_token(TOKEN);
     client.version = "2025-06-18".into();
     client.initialize().await;
-    client
-        .call_tool("fake__echo", json!({"message": "x"}))
-        .await;
+    client.call_tool("fake__echo", json!({"message": "x"})).await;
     let agent_session = client.session.clone().unwrap();
-    for hit in up
-        .hits("tools/call")
-        .into_iter()
-        .chain(up.hits("initialize"))
-        .chain(up.hits("tools/list"))
-    {
+    for hit in up.hits("tools/call").into_iter().chain(up.hits("initialize")).chain(up.hits("tools/list")) {
         for (name, value) in &hit.headers {
             let value = value.to_str().unwrap_or("");
             assert!(!value.contains(TOKEN), "{name} carries the agent's token");
-            assert!(
-                !value.contains(&agent_session),
-                "{name} carries the agent's session"
-            );
+            assert!(!value.contains(&agent_session), "{name} carries the agent's session");
         }
         if hit.method != "initialize" {
             assert_eq!(
@@ -172,21 +124,9 @@ async fn the_agents_token_session_and_protocol_headers_never_reach_upstreams() {
 async fn auth_disabled_refuses_a_public_bind() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
-        "[gateway]\nhost = \"0.0.0.0\"\nauth_disabled = true\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(BIN)
-        .arg("check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    std::fs::write(&path, "[gateway]\nhost = \"0.0.0.0\"\nauth_disabled = true\n").unwrap();
+    let out = std::process::Command::new(BIN).arg("check").arg("--config").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("gateway.auth_disabled") && stderr.contains("0.0.0.0"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("gateway.auth_disabled") && stderr.contains("0.0.0.0"), "{stderr}");
 }

@@ -40,32 +40,24 @@ fn invalid_request_reason(error: &GatewayError) -> &'static str {
 #[test]
 fn a_request_keeps_its_id_method_and_params_bytes() {
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"b": 1,  "a":[2]}}"#;
-    let Message::Request(request) = single(body) else {
-        panic!("not a request")
-    };
+    let Message::Request(request) = single(body) else { panic!("not a request") };
     assert_eq!(request.id.raw().get(), "7");
     assert_eq!(request.id.to_value(), json!(7));
     assert_eq!(request.method, "tools/call");
     // Passed through byte for byte: key order and whitespace as the peer sent them.
-    assert_eq!(
-        request.params.as_deref().map(RawValue::get),
-        Some(r#"{"b": 1,  "a":[2]}"#)
-    );
+    assert_eq!(request.params.as_deref().map(RawValue::get), Some(r#"{"b": 1,  "a":[2]}"#));
 }
 
 #[test]
 fn string_and_negative_ids_are_kept_verbatim() {
-    let Message::Request(a) = single(r#"{"jsonrpc":"2.0","id":"req-\u0041","method":"ping"}"#)
-    else {
+    let Message::Request(a) = single(r#"{"jsonrpc":"2.0","id":"req-\u0041","method":"ping"}"#) else {
         panic!("not a request")
     };
     assert_eq!(a.id.raw().get(), r#""req-\u0041""#);
     assert_eq!(a.id.to_value(), json!("req-A"));
     assert!(a.params.is_none());
 
-    let Message::Request(b) = single(r#"{"jsonrpc":"2.0","id":-3,"method":"ping"}"#) else {
-        panic!("not a request")
-    };
+    let Message::Request(b) = single(r#"{"jsonrpc":"2.0","id":-3,"method":"ping"}"#) else { panic!("not a request") };
     assert_eq!(b.id.raw().get(), "-3");
     assert_eq!(b.id, RequestId(RawValue::from_string("-3".into()).unwrap()));
     assert_ne!(b.id, RequestId::from_u64(3));
@@ -74,9 +66,7 @@ fn string_and_negative_ids_are_kept_verbatim() {
 #[test]
 fn whitespace_around_members_does_not_matter() {
     let body = "{\n  \"jsonrpc\" : \"2.0\" ,\n  \"id\" :\t 5 ,\n  \"method\" : \"ping\"\r\n}\n";
-    let Message::Request(request) = single(body) else {
-        panic!("not a request")
-    };
+    let Message::Request(request) = single(body) else { panic!("not a request") };
     assert_eq!(request.id.raw().get(), "5");
     assert_eq!(request.method, "ping");
 }
@@ -94,8 +84,7 @@ fn a_message_without_an_id_is_a_notification() {
 
 #[test]
 fn null_params_count_as_absent() {
-    let Message::Request(r) = single(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#)
-    else {
+    let Message::Request(r) = single(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":null}"#) else {
         panic!("not a request")
     };
     assert!(r.params.is_none());
@@ -103,21 +92,15 @@ fn null_params_count_as_absent() {
 
 #[test]
 fn responses_carry_exactly_one_of_result_and_error() {
-    let Message::Response(ok) = single(r#"{"jsonrpc":"2.0","id":"s1","result":{"ok":true}}"#)
-    else {
+    let Message::Response(ok) = single(r#"{"jsonrpc":"2.0","id":"s1","result":{"ok":true}}"#) else {
         panic!("not a response")
     };
     assert_eq!(ok.id.raw().get(), r#""s1""#);
-    assert_eq!(
-        ok.result.as_deref().map(RawValue::get),
-        Some(r#"{"ok":true}"#)
-    );
+    assert_eq!(ok.result.as_deref().map(RawValue::get), Some(r#"{"ok":true}"#));
     assert!(ok.error.is_none());
 
     // A null result is still a result.
-    let Message::Response(null) = single(r#"{"jsonrpc":"2.0","id":2,"result":null}"#) else {
-        panic!("not a response")
-    };
+    let Message::Response(null) = single(r#"{"jsonrpc":"2.0","id":2,"result":null}"#) else { panic!("not a response") };
     assert_eq!(null.result.as_deref().map(RawValue::get), Some("null"));
 
     let Message::Response(failed) =
@@ -129,10 +112,7 @@ fn responses_carry_exactly_one_of_result_and_error() {
     assert!(failed.error.is_some());
 
     let both = rejected(r#"{"jsonrpc":"2.0","id":4,"result":{},"error":{"code":1}}"#);
-    assert_eq!(
-        invalid_request_reason(&both.error),
-        "expected a request, notification or response"
-    );
+    assert_eq!(invalid_request_reason(&both.error), "expected a request, notification or response");
     assert_eq!(echoed(&both), Some("4"));
 
     let neither = rejected(r#"{"jsonrpc":"2.0","id":5}"#);
@@ -150,24 +130,15 @@ fn a_batch_is_judged_member_by_member() {
           {"jsonrpc":"1.0","id":2,"method":"x"},
           42
         ]"#;
-    let Ok(Incoming::Batch(items)) = parse_body(body.as_bytes()) else {
-        panic!("not a batch")
-    };
+    let Ok(Incoming::Batch(items)) = parse_body(body.as_bytes()) else { panic!("not a batch") };
     assert_eq!(items.len(), 5);
     assert!(matches!(&items[0], Ok(Message::Request(r)) if r.method == "tools/list"));
     assert!(matches!(&items[1], Ok(Message::Notification(_))));
     assert!(matches!(&items[2], Ok(Message::Response(_))));
-    let Err(bad_version) = &items[3] else {
-        panic!("accepted jsonrpc 1.0")
-    };
+    let Err(bad_version) = &items[3] else { panic!("accepted jsonrpc 1.0") };
     assert_eq!(echoed(bad_version), Some("2"));
-    let Err(number) = &items[4] else {
-        panic!("accepted a number")
-    };
-    assert_eq!(
-        invalid_request_reason(&number.error),
-        "expected a JSON object"
-    );
+    let Err(number) = &items[4] else { panic!("accepted a number") };
+    assert_eq!(invalid_request_reason(&number.error), "expected a JSON object");
     assert!(number.id.is_none());
 }
 
@@ -183,14 +154,10 @@ fn empty_and_broken_batches_are_rejected_whole() {
 
 #[test]
 fn an_array_of_numbers_is_a_batch_of_invalid_requests() {
-    let Ok(Incoming::Batch(items)) = parse_body(b"[1,2,3]") else {
-        panic!("not a batch")
-    };
+    let Ok(Incoming::Batch(items)) = parse_body(b"[1,2,3]") else { panic!("not a batch") };
     assert_eq!(items.len(), 3);
     for item in &items {
-        let Err(r) = item else {
-            panic!("accepted a number: {item:?}")
-        };
+        let Err(r) = item else { panic!("accepted a number: {item:?}") };
         assert_eq!(invalid_request_reason(&r.error), "expected a JSON object");
     }
 }
@@ -209,11 +176,7 @@ fn invalid_json_is_a_parse_error_without_an_id() {
         "\u{feff}{}",
     ] {
         let r = rejected(body);
-        assert!(
-            matches!(r.error, GatewayError::Parse),
-            "{body:?} gave {:?}",
-            r.error
-        );
+        assert!(matches!(r.error, GatewayError::Parse), "{body:?} gave {:?}", r.error);
         assert!(r.id.is_none(), "{body:?}");
     }
     // Invalid UTF-8 inside a string is not JSON either.
@@ -229,51 +192,15 @@ fn valid_json_that_is_not_a_message_is_an_invalid_request() {
         ("null", "expected a JSON object", None),
         ("17", "expected a JSON object", None),
         ("{}", "jsonrpc must be \"2.0\"", None),
-        (
-            r#"{"id":7,"method":"ping"}"#,
-            "jsonrpc must be \"2.0\"",
-            Some("7"),
-        ),
-        (
-            r#"{"jsonrpc":"1.0","id":"abc","method":"ping"}"#,
-            "jsonrpc must be \"2.0\"",
-            Some(r#""abc""#),
-        ),
-        (
-            r#"{"jsonrpc":2.0,"id":8,"method":"ping"}"#,
-            "jsonrpc must be \"2.0\"",
-            Some("8"),
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
-            "id must be a string or an integer",
-            None,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
-            "id must be a string or an integer",
-            None,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
-            "id must be a string or an integer",
-            None,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
-            "id must be a string or an integer",
-            None,
-        ),
-        (
-            r#"{"jsonrpc":"2.0","id":3,"method":5}"#,
-            "method must be a string",
-            Some("3"),
-        ),
-        (
-            r#"{"jsonrpc":"2.0","method":["ping"]}"#,
-            "method must be a string",
-            None,
-        ),
+        (r#"{"id":7,"method":"ping"}"#, "jsonrpc must be \"2.0\"", Some("7")),
+        (r#"{"jsonrpc":"1.0","id":"abc","method":"ping"}"#, "jsonrpc must be \"2.0\"", Some(r#""abc""#)),
+        (r#"{"jsonrpc":2.0,"id":8,"method":"ping"}"#, "jsonrpc must be \"2.0\"", Some("8")),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, "id must be a string or an integer", None),
+        (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, "id must be a string or an integer", None),
+        (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, "id must be a string or an integer", None),
+        (r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#, "id must be a string or an integer", None),
+        (r#"{"jsonrpc":"2.0","id":3,"method":5}"#, "method must be a string", Some("3")),
+        (r#"{"jsonrpc":"2.0","method":["ping"]}"#, "method must be a string", None),
     ];
     for (body, reason, id) in cases {
         let r = rejected(body);
@@ -287,23 +214,16 @@ fn ids_beyond_i64_and_exponent_ids_are_rejected() {
     for id in ["18446744073709551616", "1e3", "1.0", "-0.0"] {
         let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
         let r = rejected(&body);
-        assert_eq!(
-            invalid_request_reason(&r.error),
-            "id must be a string or an integer",
-            "{id}"
-        );
+        assert_eq!(invalid_request_reason(&r.error), "id must be a string or an integer", "{id}");
     }
 }
 
 #[test]
 fn params_that_are_not_an_object_are_invalid_params_with_the_id() {
     for params in ["[1,2]", "\"x\"", "3", "true"] {
-        let body =
-            format!(r#"{{"jsonrpc":"2.0","id":"p","method":"tools/call","params":{params}}}"#);
+        let body = format!(r#"{{"jsonrpc":"2.0","id":"p","method":"tools/call","params":{params}}}"#);
         let r = rejected(&body);
-        let GatewayError::InvalidParams(field) = &r.error else {
-            panic!("{params}: {:?}", r.error)
-        };
+        let GatewayError::InvalidParams(field) = &r.error else { panic!("{params}: {:?}", r.error) };
         assert_eq!(field.path, "params");
         assert_eq!(field.rule, "expected an object");
         assert_eq!(echoed(&r), Some(r#""p""#));
@@ -318,18 +238,13 @@ fn duplicate_envelope_keys_are_refused_not_resolved() {
         r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}"#,
     ] {
         let r = rejected(body);
-        assert_eq!(
-            invalid_request_reason(&r.error),
-            "malformed JSON-RPC envelope",
-            "{body}"
-        );
+        assert_eq!(invalid_request_reason(&r.error), "malformed JSON-RPC envelope", "{body}");
     }
 }
 
 #[test]
 fn unknown_envelope_members_are_ignored() {
-    let Message::Request(r) = single(r#"{"jsonrpc":"2.0","id":1,"method":"ping","extra":[1]}"#)
-    else {
+    let Message::Request(r) = single(r#"{"jsonrpc":"2.0","id":1,"method":"ping","extra":[1]}"#) else {
         panic!("not a request")
     };
     assert_eq!(r.method, "ping");
@@ -341,22 +256,13 @@ fn deeply_nested_bodies_do_not_overflow_the_stack() {
     // bytes are valid JSON and are classified like any other body.
     let depth = 100_000;
     let array = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-    let Ok(Incoming::Batch(items)) = parse_body(array.as_bytes()) else {
-        panic!("not a batch")
-    };
+    let Ok(Incoming::Batch(items)) = parse_body(array.as_bytes()) else { panic!("not a batch") };
     assert_eq!(items.len(), 1);
-    let Err(member) = &items[0] else {
-        panic!("a nested array accepted as a message")
-    };
-    assert_eq!(
-        invalid_request_reason(&member.error),
-        "expected a JSON object"
-    );
+    let Err(member) = &items[0] else { panic!("a nested array accepted as a message") };
+    assert_eq!(invalid_request_reason(&member.error), "expected a JSON object");
 
     let in_params = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":{array}}}}}"#);
-    let Message::Request(request) = single(&in_params) else {
-        panic!("not a request")
-    };
+    let Message::Request(request) = single(&in_params) else { panic!("not a request") };
     let params = request.params.expect("params kept");
     assert_eq!(params.get().len(), array.len() + 6);
 }
@@ -400,8 +306,7 @@ fn params_error(params: &str) -> FieldError {
 
 #[test]
 fn parse_params_accepts_well_formed_params() {
-    let raw = RawValue::from_string(r#"{"name":"echo","arguments":{"x":3},"mode":"slow"}"#.into())
-        .unwrap();
+    let raw = RawValue::from_string(r#"{"name":"echo","arguments":{"x":3},"mode":"slow"}"#.into()).unwrap();
     let p: CallParams = parse_params(Some(&raw)).expect("valid params");
     assert_eq!(p.name, "echo");
     assert_eq!(p.arguments.map(|a| a.x), Some(3));
@@ -436,8 +341,7 @@ fn parse_params_names_the_wrong_field_without_echoing_it() {
 fn parse_params_never_echoes_a_value_that_mentions_expected() {
     // serde writes `invalid type: string "<value>", expected u32`: the value comes first, so a
     // value containing the word "expected" must not fool the rule extraction.
-    let field =
-        params_error(r#"{"name":"echo","arguments":{"x":"a expected LEAK-4711 at line 9"}}"#);
+    let field = params_error(r#"{"name":"echo","arguments":{"x":"a expected LEAK-4711 at line 9"}}"#);
     assert_eq!(field.path, "params.arguments.x");
     assert_eq!(field.rule, "expected u32");
     assert!(!field.to_string().contains("LEAK"), "{field}");
@@ -480,25 +384,13 @@ fn result_bytes_splice_valid_json_that_round_trips() {
     let result = RawValue::from_string(r#"{"tools": [ {"name":"a"} ]}"#.into()).unwrap();
     let bytes = result_bytes(&id, &result);
     let value: Value = serde_json::from_slice(&bytes).expect("valid JSON");
-    assert_eq!(
-        value,
-        json!({ "jsonrpc": "2.0", "id": "req-1", "result": { "tools": [{ "name": "a" }] } })
-    );
+    assert_eq!(value, json!({ "jsonrpc": "2.0", "id": "req-1", "result": { "tools": [{ "name": "a" }] } }));
     // The result is spliced, not re-serialised.
-    assert!(
-        String::from_utf8(bytes.clone())
-            .unwrap()
-            .contains(r#"{"tools": [ {"name":"a"} ]}"#)
-    );
+    assert!(String::from_utf8(bytes.clone()).unwrap().contains(r#"{"tools": [ {"name":"a"} ]}"#));
     // And our own parser reads it back as a response to the same id.
-    let Message::Response(response) = parse_message(&bytes).expect("a response") else {
-        panic!("not a response")
-    };
+    let Message::Response(response) = parse_message(&bytes).expect("a response") else { panic!("not a response") };
     assert_eq!(response.id.raw().get(), id.get());
-    assert_eq!(
-        response.result.as_deref().map(RawValue::get),
-        Some(result.get())
-    );
+    assert_eq!(response.result.as_deref().map(RawValue::get), Some(result.get()));
 }
 
 #[test]
@@ -509,9 +401,7 @@ fn error_bytes_round_trip_with_and_without_an_id() {
     let with_id = error_bytes(Some(id.raw()), &error);
     let value: Value = serde_json::from_slice(&with_id).expect("valid JSON");
     assert_eq!(value, json!({ "jsonrpc": "2.0", "id": 12, "error": error }));
-    let Message::Response(response) = parse_message(&with_id).expect("a response") else {
-        panic!("not a response")
-    };
+    let Message::Response(response) = parse_message(&with_id).expect("a response") else { panic!("not a response") };
     assert_eq!(response.id, id);
     assert!(response.result.is_none());
 
@@ -524,8 +414,7 @@ fn error_bytes_round_trip_with_and_without_an_id() {
 #[test]
 fn request_and_notification_bytes_parse_back() {
     let params = json!({ "name": "echo", "arguments": { "text": "hi \"there\"\n" } });
-    let Message::Request(r) = parse_message(&request_bytes(41, "tools/call", &params)).unwrap()
-    else {
+    let Message::Request(r) = parse_message(&request_bytes(41, "tools/call", &params)).unwrap() else {
         panic!("not a request")
     };
     assert_eq!(r.id, RequestId::from_u64(41));
@@ -533,11 +422,9 @@ fn request_and_notification_bytes_parse_back() {
     let back: Value = serde_json::from_str(r.params.unwrap().get()).unwrap();
     assert_eq!(back, params);
 
-    let Message::Notification(n) = parse_message(&notification_bytes(
-        "notifications/tools/list_changed",
-        &json!({}),
-    ))
-    .unwrap() else {
+    let Message::Notification(n) =
+        parse_message(&notification_bytes("notifications/tools/list_changed", &json!({}))).unwrap()
+    else {
         panic!("not a notification")
     };
     assert_eq!(n.method, "notifications/tools/list_changed");
@@ -553,11 +440,7 @@ fn raw_preserves_the_value() {
 // ---- properties ---------------------------------------------------------------------------------
 
 fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 /// Any JSON value, with envelope member names over-represented so objects often look like
@@ -591,13 +474,7 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 fn is_parse(result: &Result<Incoming, Rejected>) -> bool {
-    matches!(
-        result,
-        Err(Rejected {
-            error: GatewayError::Parse,
-            ..
-        })
-    )
+    matches!(result, Err(Rejected { error: GatewayError::Parse, .. }))
 }
 
 proptest! {

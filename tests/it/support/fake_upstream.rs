@@ -126,14 +126,7 @@ impl FakeUpstream {
 
     /// Requests received for `method`.
     pub fn hits(&self, method: &str) -> Vec<Hit> {
-        self.inner
-            .hits
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.method == method)
-            .cloned()
-            .collect()
+        self.inner.hits.lock().unwrap().iter().filter(|h| h.method == method).cloned().collect()
     }
 
     pub fn hit_count(&self, method: &str) -> usize {
@@ -156,10 +149,7 @@ impl FakeUpstream {
 
     /// Announces a tool-list change on every open GET stream.
     pub fn announce_tools_changed(&self) {
-        let _ = self
-            .inner
-            .streams
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        let _ = self.inner.streams.send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
     }
 
     pub fn get_streams_opened(&self) -> usize {
@@ -183,10 +173,7 @@ pub fn text_result(text: &str) -> Value {
 /// A handler that echoes `arguments.message` (or the whole arguments object).
 pub fn echo() -> Handler {
     Arc::new(|args: &Value| {
-        let text = args
-            .get("message")
-            .and_then(Value::as_str)
-            .map_or_else(|| args.to_string(), str::to_string);
+        let text = args.get("message").and_then(Value::as_str).map_or_else(|| args.to_string(), str::to_string);
         text_result(&text)
     })
 }
@@ -203,28 +190,21 @@ impl FakeUpstreamBuilder {
     }
 
     pub fn echo_tool(self, name: &str) -> Self {
-        self.tool(
-            name,
-            json!({"type": "object", "properties": {"message": {"type": "string"}}}),
-            echo(),
-        )
+        self.tool(name, json!({"type": "object", "properties": {"message": {"type": "string"}}}), echo())
     }
 
     pub fn prompt(mut self, name: &str) -> Self {
-        self.prompts
-            .push(json!({ "name": name, "description": format!("The {name} prompt.") }));
+        self.prompts.push(json!({ "name": name, "description": format!("The {name} prompt.") }));
         self
     }
 
     pub fn resource(mut self, uri: &str, text: &str) -> Self {
-        self.resources
-            .push((json!({ "uri": uri, "name": uri }), text.to_string()));
+        self.resources.push((json!({ "uri": uri, "name": uri }), text.to_string()));
         self
     }
 
     pub fn template(mut self, template: &str) -> Self {
-        self.templates
-            .push(json!({ "uriTemplate": template, "name": template }));
+        self.templates.push(json!({ "uriTemplate": template, "name": template }));
         self
     }
 
@@ -273,9 +253,8 @@ impl FakeUpstreamBuilder {
             streams: tokio::sync::broadcast::channel(16).0,
             get_streams_opened: AtomicUsize::new(0),
         });
-        let app = Router::new()
-            .route("/mcp", post(handle).get(open_stream).delete(end_session))
-            .with_state(inner.clone());
+        let app =
+            Router::new().route("/mcp", post(handle).get(open_stream).delete(end_session)).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -287,46 +266,26 @@ impl FakeUpstreamBuilder {
 
 /// DELETE: the client ends its session.
 async fn end_session(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
-    let session = headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     inner.hits.lock().unwrap().push(Hit {
         id: None,
         method: "DELETE".into(),
         params: json!({"session": session}),
         headers,
     });
-    let status = if inner.sessions.lock().unwrap().remove(&session) {
-        StatusCode::OK
-    } else {
-        StatusCode::NOT_FOUND
-    };
-    Response::builder()
-        .status(status)
-        .body(Body::empty())
-        .unwrap()
+    let status = if inner.sessions.lock().unwrap().remove(&session) { StatusCode::OK } else { StatusCode::NOT_FOUND };
+    Response::builder().status(status).body(Body::empty()).unwrap()
 }
 
 /// GET: the session's server-to-client stream (legacy era only).
 async fn open_stream(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response {
-    let session = headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).unwrap_or("");
     if inner.era != Era::Legacy || !inner.sessions.lock().unwrap().contains(session) {
-        return Response::builder()
-            .status(StatusCode::METHOD_NOT_ALLOWED)
-            .body(Body::empty())
-            .unwrap();
+        return Response::builder().status(StatusCode::METHOD_NOT_ALLOWED).body(Body::empty()).unwrap();
     }
     inner.get_streams_opened.fetch_add(1, Ordering::SeqCst);
     let messages = tokio_stream_of(inner.streams.subscribe());
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from_stream(messages))
-        .unwrap()
+    Response::builder().header("content-type", "text/event-stream").body(Body::from_stream(messages)).unwrap()
 }
 
 fn tokio_stream_of(
@@ -334,10 +293,7 @@ fn tokio_stream_of(
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     futures_util::stream::unfold(rx, |mut rx| async move {
         let message = rx.recv().await.ok()?;
-        Some((
-            Ok(Bytes::from(format!("event: message\ndata: {message}\n\n"))),
-            rx,
-        ))
+        Some((Ok(Bytes::from(format!("event: message\ndata: {message}\n\n"))), rx))
     })
 }
 
@@ -367,11 +323,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             );
         }
     };
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("").to_string();
     let params = message.get("params").cloned().unwrap_or(json!({}));
     inner.hits.lock().unwrap().push(Hit {
         id: message.get("id").cloned(),
@@ -393,30 +345,16 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
     }
     // A response to one of our server requests.
     if message.get("method").is_none() {
-        let id = message
-            .get("id")
-            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
-            .unwrap_or_default();
+        let id =
+            message.get("id").map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string)).unwrap_or_default();
         if let Some(tx) = inner.answers.lock().unwrap().remove(&id) {
-            let _ = tx.send(
-                message
-                    .get("result")
-                    .or_else(|| message.get("error"))
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            );
+            let _ = tx.send(message.get("result").or_else(|| message.get("error")).cloned().unwrap_or(Value::Null));
         }
-        return Response::builder()
-            .status(StatusCode::ACCEPTED)
-            .body(Body::empty())
-            .unwrap();
+        return Response::builder().status(StatusCode::ACCEPTED).body(Body::empty()).unwrap();
     }
     let Some(id) = message.get("id").cloned() else {
         // Notifications (and responses) are accepted without a body.
-        return Response::builder()
-            .status(StatusCode::ACCEPTED)
-            .body(Body::empty())
-            .unwrap();
+        return Response::builder().status(StatusCode::ACCEPTED).body(Body::empty()).unwrap();
     };
 
     // Lifecycle by era.
@@ -434,28 +372,19 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                 }),
             );
             let mut r = reply(StatusCode::OK, body);
-            r.headers_mut()
-                .insert("mcp-session-id", session.parse().unwrap());
+            r.headers_mut().insert("mcp-session-id", session.parse().unwrap());
             return r;
         }
         (Era::Legacy, _) => {
-            let session = headers
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+            let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).unwrap_or("");
             if !inner.sessions.lock().unwrap().contains(session) {
                 return match inner.session_style {
-                    SessionErrorStyle::NotFound404 => reply(
-                        StatusCode::NOT_FOUND,
-                        error(&Value::Null, -32001, "Session not found"),
-                    ),
+                    SessionErrorStyle::NotFound404 => {
+                        reply(StatusCode::NOT_FOUND, error(&Value::Null, -32001, "Session not found"))
+                    }
                     SessionErrorStyle::BadRequest400 => reply(
                         StatusCode::BAD_REQUEST,
-                        error(
-                            &Value::Null,
-                            -32000,
-                            "Bad Request: No valid session ID provided",
-                        ),
+                        error(&Value::Null, -32000, "Bad Request: No valid session ID provided"),
                     ),
                 };
             }
@@ -475,17 +404,10 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             );
         }
         (Era::Modern, _) => {
-            let version = params
-                .pointer("/_meta/io.modelcontextprotocol~1protocolVersion")
-                .and_then(Value::as_str);
-            let header = headers
-                .get("mcp-protocol-version")
-                .and_then(|v| v.to_str().ok());
+            let version = params.pointer("/_meta/io.modelcontextprotocol~1protocolVersion").and_then(Value::as_str);
+            let header = headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok());
             if version != Some("2026-07-28") || header != Some("2026-07-28") {
-                return reply(
-                    StatusCode::BAD_REQUEST,
-                    error(&id, -32602, "missing or mismatched 2026-07-28 envelope"),
-                );
+                return reply(StatusCode::BAD_REQUEST, error(&id, -32602, "missing or mismatched 2026-07-28 envelope"));
             }
         }
         (Era::Bare, "initialize") => {
@@ -498,62 +420,32 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         "server/discover" => {
             return reply(
                 StatusCode::BAD_REQUEST,
-                error(
-                    &Value::Null,
-                    -32000,
-                    "Bad Request: No valid session ID provided",
-                ),
+                error(&Value::Null, -32000, "Bad Request: No valid session ID provided"),
             );
         }
         "ping" => result(&id, json!({})),
         "tools/list" => {
-            let tools: Vec<Value> = inner
-                .tools
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|(d, _)| d.clone())
-                .collect();
+            let tools: Vec<Value> = inner.tools.lock().unwrap().iter().map(|(d, _)| d.clone()).collect();
             result(&id, page(&tools, "tools", &params, inner.page_size))
         }
-        "prompts/list" => result(
-            &id,
-            page(&inner.prompts, "prompts", &params, inner.page_size),
-        ),
+        "prompts/list" => result(&id, page(&inner.prompts, "prompts", &params, inner.page_size)),
         "resources/list" => {
             let resources: Vec<Value> = inner.resources.iter().map(|(d, _)| d.clone()).collect();
             result(&id, page(&resources, "resources", &params, inner.page_size))
         }
-        "resources/templates/list" => result(
-            &id,
-            page(
-                &inner.templates,
-                "resourceTemplates",
-                &params,
-                inner.page_size,
-            ),
-        ),
+        "resources/templates/list" => {
+            result(&id, page(&inner.templates, "resourceTemplates", &params, inner.page_size))
+        }
         "resources/read" => {
             let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
             match inner.resources.iter().find(|(d, _)| d["uri"] == uri) {
-                Some((_, text)) => {
-                    result(&id, json!({ "contents": [{ "uri": uri, "text": text }] }))
-                }
-                None if inner.templates.iter().any(|t| {
-                    uri.starts_with(
-                        t["uriTemplate"]
-                            .as_str()
-                            .unwrap()
-                            .split('{')
-                            .next()
-                            .unwrap(),
-                    )
-                }) =>
+                Some((_, text)) => result(&id, json!({ "contents": [{ "uri": uri, "text": text }] })),
+                None if inner
+                    .templates
+                    .iter()
+                    .any(|t| uri.starts_with(t["uriTemplate"].as_str().unwrap().split('{').next().unwrap())) =>
                 {
-                    result(
-                        &id,
-                        json!({ "contents": [{ "uri": uri, "text": format!("templated {uri}") }] }),
-                    )
+                    result(&id, json!({ "contents": [{ "uri": uri, "text": format!("templated {uri}") }] }))
                 }
                 None => error(&id, -32002, "Resource not found: secret detail /srv/data"),
             }
@@ -570,11 +462,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             }
         }
         "tools/call" => {
-            let name = params
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
+            let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_string();
             let fault = inner.faults.lock().unwrap().get(&name).cloned();
             match fault {
                 Some(Fault::Hang) => std::future::pending::<()>().await,
@@ -605,10 +493,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                         let note = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p", "progress": i}});
                         body.push_str(&format!("event: message\ndata: {note}\n\n"));
                     }
-                    body.push_str(&format!(
-                        "event: message\ndata: {}\n\n",
-                        result(&id, text_result("survived"))
-                    ));
+                    body.push_str(&format!("event: message\ndata: {}\n\n", result(&id, text_result("survived"))));
                     return Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(Body::from(body))
@@ -616,10 +501,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                 }
                 Some(Fault::AskClient(server_method)) => {
                     let (tx, rx) = tokio::sync::oneshot::channel();
-                    let request_id = format!(
-                        "srv-{}",
-                        inner.session_counter.fetch_add(1, Ordering::SeqCst)
-                    );
+                    let request_id = format!("srv-{}", inner.session_counter.fetch_add(1, Ordering::SeqCst));
                     inner.answers.lock().unwrap().insert(request_id.clone(), tx);
                     let ask = json!({"jsonrpc": "2.0", "id": request_id, "method": server_method, "params": {"messages": [], "maxTokens": 5}});
                     let first = Bytes::from(format!("event: message\ndata: {ask}\n\n"));
@@ -627,33 +509,21 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                     let rest = futures_util::stream::once(async move {
                         let answer = rx.await.unwrap_or(Value::Null);
                         let done = result(&id, text_result(&answer.to_string()));
-                        Ok::<_, std::io::Error>(Bytes::from(format!(
-                            "event: message\ndata: {done}\n\n"
-                        )))
+                        Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {done}\n\n")))
                     });
-                    let body =
-                        futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) })
-                            .chain(rest);
+                    let body = futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(rest);
                     return Response::builder()
                         .header("content-type", "text/event-stream")
                         .body(Body::from_stream(body))
                         .unwrap();
                 }
                 Some(Fault::Http(status)) => {
-                    return reply(
-                        status,
-                        json!({"error": "upstream exploded at /srv/app.py line 3"}),
-                    );
+                    return reply(status, json!({"error": "upstream exploded at /srv/app.py line 3"}));
                 }
                 None => {}
             }
-            let handler = inner
-                .tools
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|(d, _)| d["name"] == name.as_str())
-                .map(|(_, h)| h.clone());
+            let handler =
+                inner.tools.lock().unwrap().iter().find(|(d, _)| d["name"] == name.as_str()).map(|(_, h)| h.clone());
             match handler {
                 Some(h) => result(&id, h(params.get("arguments").unwrap_or(&json!({})))),
                 None => error(&id, -32602, &format!("Unknown tool: {name}")),
@@ -668,21 +538,14 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "working"}}),
             body
         );
-        return Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Body::from(frames))
-            .unwrap();
+        return Response::builder().header("content-type", "text/event-stream").body(Body::from(frames)).unwrap();
     }
     reply(StatusCode::OK, body)
 }
 
 /// Cursor = offset as a string.
 fn page(items: &[Value], key: &str, params: &Value, size: usize) -> Value {
-    let start: usize = params
-        .get("cursor")
-        .and_then(Value::as_str)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
+    let start: usize = params.get("cursor").and_then(Value::as_str).and_then(|c| c.parse().ok()).unwrap_or(0);
     let end = start.saturating_add(size).min(items.len());
     let mut out = json!({ key: items[start.min(items.len())..end] });
     if end < items.len() {

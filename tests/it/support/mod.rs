@@ -61,39 +61,19 @@ impl TestGateway {
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
             .await
             .unwrap_or_else(|_| {
-                panic!(
-                    "gatehouse did not start; log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
+                panic!("gatehouse did not start; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default())
             })
             .unwrap()
-            .unwrap_or_else(|| {
-                panic!(
-                    "gatehouse exited; log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            });
-        let url = line
-            .strip_prefix("gatehouse listening on ")
-            .expect("listening line")
-            .to_string();
+            .unwrap_or_else(|| panic!("gatehouse exited; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default()));
+        let url = line.strip_prefix("gatehouse listening on ").expect("listening line").to_string();
         let base = url.rsplit_once('/').unwrap().0.to_string();
-        Self {
-            _child: child,
-            url,
-            base,
-            _dir: dir,
-            log,
-        }
+        Self { _child: child, url, base, _dir: dir, log }
     }
 
     /// SIGTERM, then waits for the process to exit (graceful shutdown).
     pub async fn terminate(&mut self) {
         if let Some(pid) = self._child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
         }
         let _ = tokio::time::timeout(Duration::from_secs(20), self._child.wait()).await;
     }
@@ -120,22 +100,13 @@ impl TestGateway {
     pub async fn wait_for_state(&self, namespace: &str, state: &str) -> Value {
         for _ in 0..200 {
             let health = self.healthz().await;
-            let found = health["upstreams"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|u| u["namespace"] == namespace)
-                .cloned();
+            let found = health["upstreams"].as_array().unwrap().iter().find(|u| u["namespace"] == namespace).cloned();
             if found.as_ref().is_some_and(|u| u["state"] == state) {
                 return found.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!(
-            "{namespace} never reached {state}: {}\nlog:\n{}",
-            self.healthz().await,
-            self.logs()
-        );
+        panic!("{namespace} never reached {state}: {}\nlog:\n{}", self.healthz().await, self.logs());
     }
 }
 
@@ -150,21 +121,14 @@ pub struct Reply {
 impl Reply {
     /// The JSON-RPC message: the body, or the last `data:` message of an SSE body.
     pub fn json(&self) -> Value {
-        let is_sse = self
-            .headers
-            .get("content-type")
-            .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+        let is_sse =
+            self.headers.get("content-type").is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
         if is_sse {
-            let data: Vec<&str> = self
-                .body
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-                .filter(|d| !d.trim().is_empty())
-                .collect();
+            let data: Vec<&str> =
+                self.body.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|d| !d.trim().is_empty()).collect();
             return serde_json::from_str(data.last().expect("an SSE message")).unwrap();
         }
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -214,13 +178,8 @@ impl Legacy {
         assert_eq!(reply.status, 200, "initialize: {}", reply.body);
         self.session = reply.header("mcp-session-id").map(str::to_string);
         // From here on the client speaks the version the server chose.
-        self.version = reply.json()["result"]["protocolVersion"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let n = self
-            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
+        self.version = reply.json()["result"]["protocolVersion"].as_str().unwrap().to_string();
+        let n = self.post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
         assert_eq!(n.status, 202);
         reply.json()["result"].clone()
     }
@@ -233,10 +192,7 @@ impl Legacy {
     pub async fn post_with(&self, body: String, extra: &[(&str, &str)]) -> Reply {
         let mut headers = http::HeaderMap::new();
         let mut set = |k: &str, v: &str| {
-            headers.insert(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                v.parse().unwrap(),
-            );
+            headers.insert(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
         };
         set("content-type", "application/json");
         set("accept", "application/json, text/event-stream");
@@ -250,32 +206,20 @@ impl Legacy {
         for (k, v) in extra {
             set(k, v);
         }
-        read(
-            self.http
-                .post(&self.url)
-                .headers(headers)
-                .body(body)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        read(self.http.post(&self.url).headers(headers).body(body).send().await.unwrap()).await
     }
 
     /// A request; returns the whole JSON-RPC response.
     pub async fn request(&self, method: &str, params: Value) -> Value {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let reply = self
-            .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
+        let reply = self.post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
         let message = reply.json();
         assert_eq!(message["id"], id, "{}", reply.body);
         message
     }
 
     pub async fn call_tool(&self, name: &str, arguments: Value) -> Value {
-        self.request("tools/call", json!({"name": name, "arguments": arguments}))
-            .await
+        self.request("tools/call", json!({"name": name, "arguments": arguments})).await
     }
 
     pub async fn tool_names(&self) -> Vec<String> {
@@ -293,39 +237,19 @@ pub async fn read(response: reqwest::Response) -> Reply {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let body = response.text().await.unwrap_or_default();
-    Reply {
-        status,
-        headers,
-        body,
-    }
+    Reply { status, headers, body }
 }
 
 /// A 2026-07-28 request with a correct envelope and headers; `tweak` may alter the headers.
-pub async fn modern(
-    url: &str,
-    method: &str,
-    mut params: Value,
-    tweak: &[(&str, Option<&str>)],
-) -> Reply {
-    let meta = params
-        .as_object_mut()
-        .unwrap()
-        .entry("_meta")
-        .or_insert(json!({}));
+pub async fn modern(url: &str, method: &str, mut params: Value, tweak: &[(&str, Option<&str>)]) -> Reply {
+    let meta = params.as_object_mut().unwrap().entry("_meta").or_insert(json!({}));
     meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
     meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
     meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "it", "version": "0"});
-    let name = params
-        .get("name")
-        .or_else(|| params.get("uri"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_string);
     let mut headers: Vec<(String, String)> = vec![
         ("content-type".into(), "application/json".into()),
-        (
-            "accept".into(),
-            "application/json, text/event-stream".into(),
-        ),
+        ("accept".into(), "application/json, text/event-stream".into()),
         ("mcp-protocol-version".into(), "2026-07-28".into()),
         ("mcp-method".into(), method.into()),
     ];
@@ -351,9 +275,13 @@ pub fn upstream_block(namespace: &str, url: &str) -> String {
     format!("\n[[upstreams]]\nnamespace = \"{namespace}\"\nurl = \"{url}\"\n")
 }
 
+/// Gating and the search tool off: tests about routing and protocol list the whole catalog,
+/// exactly as the upstreams offer it.
+pub const PLAIN_CATALOG: &str = "[gating]\nenabled = false\n[rag]\nenabled = false\n";
+
 /// Gateway config fronting the given (namespace, url) upstreams, auth disabled.
 pub fn config_for(upstreams: &[(&str, &str)]) -> String {
-    let mut config = String::from("[gateway]\nauth_disabled = true\nmanifest_ttl = \"1s\"\n");
+    let mut config = format!("[gateway]\nauth_disabled = true\nmanifest_ttl = \"1s\"\n{PLAIN_CATALOG}");
     for (ns, url) in upstreams {
         config.push_str(&upstream_block(ns, url));
     }

@@ -30,9 +30,7 @@ pub fn python() -> PathBuf {
 }
 
 pub fn interop_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/interop")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop").join(name)
 }
 
 /// A child process killed on drop.
@@ -42,19 +40,12 @@ pub struct Peer {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 async fn wait_for_port(port: u16, child: &mut Child, what: &str) {
     for _ in 0..300 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -68,8 +59,7 @@ async fn wait_for_port(port: u16, child: &mut Child, what: &str) {
 /// `@modelcontextprotocol/server-everything` in `streamableHttp` or `sse` mode, on loopback.
 pub async fn server_everything(mode: &str) -> Peer {
     let port = free_port();
-    let entry =
-        interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let entry = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let mut child = Command::new(node())
         .arg("--import")
         .arg(interop_file("loopback.mjs"))
@@ -83,10 +73,7 @@ pub async fn server_everything(mode: &str) -> Peer {
         .expect("spawn server-everything");
     wait_for_port(port, &mut child, "server-everything").await;
     let path = if mode == "sse" { "sse" } else { "mcp" };
-    Peer {
-        _child: child,
-        url: format!("http://127.0.0.1:{port}/{path}"),
-    }
+    Peer { _child: child, url: format!("http://127.0.0.1:{port}/{path}") }
 }
 
 /// Our conformance fixture (official Python SDK), both eras; it prints its URL when ready.
@@ -107,43 +94,24 @@ pub async fn conformance_fixture() -> Peer {
         .expect("fixture did not start in 60 s")
         .unwrap()
         .expect("fixture exited before listening");
-    let url = line
-        .strip_prefix("LISTENING ")
-        .expect("LISTENING line")
-        .trim()
-        .to_string();
+    let url = line.strip_prefix("LISTENING ").expect("LISTENING line").trim().to_string();
     Peer { _child: child, url }
 }
 
 /// Runs the official Python SDK client against `url`; returns its one JSON line.
-pub async fn sdk_client(
-    era: &str,
-    url: &str,
-    tool: Option<(&str, &str)>,
-    token: Option<&str>,
-) -> serde_json::Value {
+pub async fn sdk_client(era: &str, url: &str, tool: Option<(&str, &str)>, token: Option<&str>) -> serde_json::Value {
     let mut command = Command::new(python());
-    command
-        .arg(interop_file("sdk_client.py"))
-        .arg("--era")
-        .arg(era);
+    command.arg(interop_file("sdk_client.py")).arg("--era").arg(era);
     if let Some((name, args)) = tool {
         command.arg("--tool").arg(name).arg("--args").arg(args);
     }
     if let Some(token) = token {
         command.arg("--token").arg(token);
     }
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        command.arg(url).kill_on_drop(true).output(),
-    )
-    .await
-    .expect("sdk client timed out")
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "sdk client ({era}) failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output = tokio::time::timeout(Duration::from_secs(120), command.arg(url).kill_on_drop(true).output())
+        .await
+        .expect("sdk client timed out")
+        .unwrap();
+    assert!(output.status.success(), "sdk client ({era}) failed: {}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).expect("sdk client prints one JSON line")
 }
