@@ -6,6 +6,7 @@ mod cli;
 mod faults;
 mod front_legacy;
 mod front_modern;
+mod gating;
 mod health;
 mod interop;
 mod relays;

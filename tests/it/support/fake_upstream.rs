@@ -189,6 +189,11 @@ impl FakeUpstreamBuilder {
         self
     }
 
+    pub fn tool_def(mut self, def: Value, handler: Handler) -> Self {
+        self.tools.push((def, handler));
+        self
+    }
+
     pub fn echo_tool(self, name: &str) -> Self {
         self.tool(name, json!({"type": "object", "properties": {"message": {"type": "string"}}}), echo())
     }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-pub use fake_upstream::{Era, FakeUpstream, Fault, SessionErrorStyle, echo, tool_def};
+pub use fake_upstream::{Era, FakeUpstream, Fault, Handler, SessionErrorStyle, echo, tool_def};
 
 /// A `gatehouse serve` process on an ephemeral port, killed on drop.
 pub struct TestGateway {
