@@ -63,6 +63,7 @@ impl Front {
             return Err(invalid("params.arguments", "expected an object"));
         }
         let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        self.warm_up().await;
         if let Some(result) = self.own_tool(ctx, &name, arguments).await {
             return result;
         }
