@@ -231,6 +231,42 @@ impl GatewayError {
         }
     }
 
+    /// HTTP status on the REST surfaces (`/context/select`, later `/v1/…`), where there is no
+    /// JSON-RPC envelope to carry the outcome.
+    pub fn rest_status(&self) -> StatusCode {
+        match self {
+            Self::Parse
+            | Self::InvalidRequest(_)
+            | Self::BatchNotSupported(_)
+            | Self::InvalidParams(_)
+            | Self::InvalidEnvelope(_)
+            | Self::UnsupportedProtocolVersion { .. }
+            | Self::HeaderMismatch(_)
+            | Self::MissingCapability { .. }
+            | Self::SessionRequired => StatusCode::BAD_REQUEST,
+            Self::MethodNotFound
+            | Self::UnknownTool { .. }
+            | Self::UnknownPrompt { .. }
+            | Self::ResourceNotFound { .. }
+            | Self::SessionNotFound => StatusCode::NOT_FOUND,
+            Self::OriginForbidden | Self::HostForbidden => StatusCode::FORBIDDEN,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::HttpMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Self::UpstreamUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
+            Self::DeadlineExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The REST error body: the class, the public message and structured detail.
+    pub fn rest_body(&self) -> Value {
+        json!({ "error": { "class": self.class(), "message": self.public_message(), "data": self.public_data() } })
+    }
+
     /// The message clients see. Only static text and gateway-owned values.
     pub fn public_message(&self) -> String {
         match self {

@@ -278,3 +278,50 @@ pub fn tune_weights(tools: &[ToolRecord], queries: &[QueryRecord]) -> String {
     results.sort_by(|a, b| b.0.total_cmp(&a.0));
     results.into_iter().take(8).map(|(_, l)| l + "\n").collect()
 }
+
+/// The relevance floor: for the tuning half, how the relevance of gold tools in each top 8
+/// compares with that of the other tools there and with the best hit of queries that have no
+/// fitting tool (BFCL's irrelevance set). Prints, per candidate floor, the share of each kept.
+pub fn tune_floor(tools: &[ToolRecord], queries: &[QueryRecord], irrelevant: &[QueryRecord]) -> String {
+    let documents: Vec<_> = tools
+        .iter()
+        .map(|t| {
+            ranking::tool_document(
+                &t.definition,
+                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let ranker = Lexical::new(&documents);
+    let (mut gold_hits, mut other_hits) = (Vec::new(), Vec::new());
+    for q in queries.iter().filter(|q| q.split() == Split::Tune) {
+        let gold: HashSet<&str> = q.gold.iter().flatten().map(String::as_str).collect();
+        for hit in ranker.search(&q.query, 8) {
+            if gold.contains(tools[hit.index].id.as_str()) {
+                gold_hits.push(hit.relevance)
+            } else {
+                other_hits.push(hit.relevance)
+            }
+        }
+    }
+    let irrelevant_best: Vec<f32> = irrelevant
+        .iter()
+        .filter(|q| q.split() == Split::Tune)
+        .filter_map(|q| ranker.search(&q.query, 1).first().map(|h| h.relevance))
+        .collect();
+    let share = |values: &[f32], floor: f32| {
+        100.0 * values.iter().filter(|v| **v >= floor).count() as f64 / values.len().max(1) as f64
+    };
+    let mut out =
+        format!("{:>6} {:>16} {:>18} {:>22}\n", "floor", "gold kept (%)", "others kept (%)", "irrelevant top-1 (%)");
+    for floor in [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5] {
+        let _ = writeln!(
+            out,
+            "{floor:>6.2} {:>16.1} {:>18.1} {:>22.1}",
+            share(&gold_hits, floor),
+            share(&other_hits, floor),
+            share(&irrelevant_best, floor)
+        );
+    }
+    out
+}

@@ -43,6 +43,15 @@ enum Bench {
         #[arg(long, default_value = "bm25")]
         ranker: String,
     },
+    /// Relevance-floor statistics on the tuning half (gold vs other hits, irrelevance queries)
+    TuneFloor {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries_irrelevance.jsonl")]
+        irrelevant: PathBuf,
+    },
     /// Grid search of BM25 field weights on the tuning half of a dataset
     TuneBm25 {
         #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
@@ -124,6 +133,12 @@ fn run_bench(bench: Bench) -> Result<String, String> {
                 other => return Err(format!("--ranker {other:?}: expected bm25")),
             };
             Ok(format!("{} tools, {} queries\n{}", tools.len(), queries.len(), run.report(&ranker)))
+        }
+        Bench::TuneFloor { tools, queries, irrelevant } => {
+            let tools: Vec<ToolRecord> = evaluation::read_jsonl(&tools)?;
+            let queries: Vec<QueryRecord> = evaluation::read_jsonl(&queries)?;
+            let irrelevant: Vec<QueryRecord> = evaluation::read_jsonl(&irrelevant)?;
+            Ok(evaluation::tune_floor(&tools, &queries, &irrelevant))
         }
         Bench::TuneBm25 { tools, queries } => {
             let tools: Vec<ToolRecord> = evaluation::read_jsonl(&tools)?;

@@ -43,6 +43,7 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/readyz", get(super::ops::readyz))
         .route("/metrics", get(super::ops::metrics))
         .route("/metrics.json", get(super::ops::metrics_json))
+        .route("/context/select", axum::routing::post(super::ops::context_select))
         .with_state(front)
 }
 
@@ -136,7 +137,7 @@ fn modern_envelope(req: &Request) -> Option<EnvelopeMeta> {
 
 impl Front {
     /// Origin/Host, then authentication. Applied to every MCP request, whatever its verb.
-    fn admit(&self, headers: &HeaderMap) -> Result<Principal, GatewayError> {
+    pub(super) fn admit(&self, headers: &HeaderMap) -> Result<Principal, GatewayError> {
         if let Some(allowed) = &self.settings.allowed_hosts {
             if let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
                 let name = host_name(host).to_ascii_lowercase();

@@ -45,3 +45,31 @@ pub async fn metrics_json(State(front): State<Arc<Front>>) -> Response {
     body["namespaces"] = json!(front.catalog.snapshot().fingerprints.keys().map(|k| k.to_string()).collect::<Vec<_>>());
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
+
+/// `POST /context/select`: the core/tail split for context items (SPEC §8). Same admission
+/// (Origin, Host, authentication) as the MCP endpoint.
+pub async fn context_select(
+    State(front): State<Arc<Front>>,
+    headers: http::HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    use crate::error::{FieldError, GatewayError};
+    let rest_error = |e: GatewayError| (e.rest_status(), axum::Json(e.rest_body())).into_response();
+    if let Err(e) = front.admit(&headers) {
+        return rest_error(e);
+    }
+    let bytes = match axum::body::to_bytes(body, front.settings.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => return rest_error(GatewayError::PayloadTooLarge),
+    };
+    let request: crate::gate::context::Request = match crate::protocol::jsonrpc::parse_at(&bytes, "body") {
+        Ok(r) => r,
+        Err(e) => return rest_error(e),
+    };
+    let (k, floor) = (front.gate.settings.tail_k, front.gate.settings.floor);
+    match tokio::task::spawn_blocking(move || crate::gate::context::select(request, k, floor)).await {
+        Ok(Ok(selection)) => axum::Json(selection).into_response(),
+        Ok(Err(rule)) => rest_error(GatewayError::InvalidParams(FieldError { path: "body".into(), rule })),
+        Err(e) => rest_error(GatewayError::internal(e)),
+    }
+}

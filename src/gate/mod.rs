@@ -6,6 +6,7 @@
 //! A [`View`] is built once per catalog snapshot, off the request path; serving a manifest is a
 //! ranking plus byte splicing. Must not do I/O.
 
+pub mod context;
 pub mod tails;
 pub mod tokens;
 

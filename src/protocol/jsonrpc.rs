@@ -186,15 +186,23 @@ fn syntax_or(e: serde_json::Error, _what: &'static str) -> GatewayError {
 
 /// Parses `params` into `T`, turning serde's complaint into `path: rule` without echoing values.
 pub fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, GatewayError> {
-    let text = params.map_or("{}", RawValue::get);
-    let mut de = serde_json::Deserializer::from_str(text);
+    parse_at(params.map_or("{}", RawValue::get).as_bytes(), "params")
+}
+
+/// Parses JSON `bytes` into `T`; errors name the failing field under `root` (`params.name`,
+/// `body.items[2].id`) and never echo values. Malformed JSON is a parse error.
+pub fn parse_at<T: DeserializeOwned>(bytes: &[u8], root: &str) -> Result<T, GatewayError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        if matches!(e.inner().classify(), serde_json::error::Category::Syntax | serde_json::error::Category::Eof) {
+            return GatewayError::Parse;
+        }
         let path = e.path().to_string();
         let path = match path.as_str() {
-            "." => "params".to_string(),
+            "." => root.to_string(),
             // A top-level index joins without a dot: `params[0]`, not `params.[0]`.
-            p if p.starts_with('[') => format!("params{p}"),
-            p => format!("params.{p}"),
+            p if p.starts_with('[') => format!("{root}{p}"),
+            p => format!("{root}.{p}"),
         };
         GatewayError::InvalidParams(field_error(path, &e.into_inner().to_string()))
     })
@@ -204,7 +212,7 @@ pub fn parse_params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T,
 /// only the rule so errors never echo input.
 fn field_error(path: String, message: &str) -> FieldError {
     if let Some(field) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
-        let path = if path == "params" { format!("params.{field}") } else { format!("{path}.{field}") };
+        let path = format!("{path}.{field}");
         return FieldError { path, rule: "required".into() };
     }
     // The *last* "expected": serde puts the offending value first, and a value may itself

@@ -281,3 +281,44 @@ async fn gated_listings_report_what_they_saved() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn context_select_splits_items_into_a_hashed_core_and_a_relevant_tail() {
+    let up = catalog().await;
+    let gw = TestGateway::start(&gated_config(&up.url(), "")).await;
+    let url = format!("{}/context/select", gw.base);
+    let body = json!({
+        "task": "refund the duplicate invoice payment",
+        "items": [
+            {"id": "summary", "text": "Rolling summary: customer Ada, account 42.", "pinned": true},
+            {"id": "m1", "text": "The invoice was paid twice by mistake."},
+            {"id": "m2", "text": "Weather is nice today."},
+            {"id": "m3", "text": "Customer asks for a refund of the duplicate payment."}
+        ]
+    });
+    let reply = http_client()
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let selection: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+    assert_eq!(selection["core"][0]["id"], "summary");
+    let tail: Vec<&str> = selection["tail"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+    assert_eq!(tail, ["m1", "m3"]);
+    assert_eq!(selection["core_hash"].as_str().unwrap().len(), 64);
+    assert!(selection["tokens_out"].as_u64() < selection["tokens_in"].as_u64());
+
+    let bad = http_client()
+        .post(&url)
+        .body(json!({"task": "x", "items": [{"id": 7, "text": "secret-ish"}]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let error: Value = serde_json::from_str(&bad.text().await.unwrap()).unwrap();
+    assert_eq!(error["error"]["data"]["field"], "body.items[0].id", "{error}");
+    assert!(!error.to_string().contains("secret-ish"));
+}
