@@ -1,6 +1,7 @@
 //! Gatehouse: one MCP endpoint in front of many MCP servers — routes, gates and guards every call.
 //!
 //! Crate map (dependency direction: front → pipeline → {upstream, catalog} → {protocol, error}):
+//! - [`cli`]: the `gatehouse` command line (serve, check, tools, search, bench).
 //! - [`config`]: TOML image (`RawConfig`) validated into typed [`config::Config`].
 //! - [`error`]: [`error::GatewayError`], the one place errors become wire errors.
 //! - [`protocol`]: JSON-RPC envelopes, MCP revisions and era detection, SSE framing.
@@ -15,6 +16,7 @@
 //! - [`gateway`]: wiring — builds the parts from a `Config` and runs them.
 
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod evaluation;

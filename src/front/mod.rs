@@ -316,6 +316,11 @@ impl Front {
         }
     }
 
+    /// Waits (bounded by `cold_start_wait`) until every upstream has answered its first probe.
+    pub async fn ready(&self) {
+        self.warm_up().await;
+    }
+
     /// Waits (bounded) for every upstream's first load, so the first listing after start-up is
     /// complete; afterwards listings never wait on an upstream.
     async fn warm_up(&self) {

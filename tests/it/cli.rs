@@ -119,3 +119,29 @@ async fn stdio_mode_serves_mcp_on_stdin_and_stdout() {
     assert_eq!(by_id["3"]["result"]["content"][0]["text"], "via stdio");
     assert_eq!(by_id["null"]["error"]["code"], -32600);
 }
+
+#[tokio::test]
+async fn tools_and_search_commands_show_the_manifest_and_rankings() {
+    let up = FakeUpstream::new()
+        .tool_def(json!({"name": "get_weather", "description": "Weather forecast for a city.", "inputSchema": {"type": "object"}}), echo())
+        .tool_def(json!({"name": "send_email", "description": "Send an email message.", "inputSchema": {"type": "object"}}), echo())
+        .start()
+        .await;
+    let (_dir, path) =
+        write_config(&format!("[gateway]\nauth_disabled = true\n{}", upstream_block("office", &up.url())));
+    let run = |args: Vec<&str>| {
+        let path = path.clone();
+        let args: Vec<String> = args.into_iter().map(str::to_string).collect();
+        tokio::task::spawn_blocking(move || Command::new(BIN).args(&args).arg("--config").arg(&path).output().unwrap())
+    };
+    let out = run(vec!["tools", "--task", "email my team"]).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("core (2 tools") && text.contains("gateway__search_tools"), "{text}");
+    assert!(text.contains("tail (1 tools):\n  office__send_email"), "{text}");
+    assert!(text.contains("tokens (o200k): full catalog"), "{text}");
+
+    let out = run(vec!["search", "weather in Oslo", "--limit", "3"]).await.unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("  1. office__get_weather"), "{text}");
+}

@@ -1,0 +1,231 @@
+//! The `gatehouse` command line: argument parsing and the subcommands that are not the server
+//! itself (`check`, `tools`, `search`, `bench …`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use crate::config::{Config, Env};
+use crate::evaluation::{self, QueryRecord, ToolRecord};
+use crate::{gate, gateway, telemetry};
+
+#[derive(Parser)]
+#[command(name = "gatehouse", version, about = "An MCP gateway: routes, gates and guards tool calls")]
+struct Cli {
+    /// Config file [env: GATEHOUSE_CONFIG, then PANDA_GATEWAY_CONFIG]
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Serve the agent side on stdin/stdout instead of HTTP
+    #[arg(long, global = true)]
+    stdio: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default)
+    Serve,
+    /// Validate the config and print the resolved plan
+    Check,
+    /// Print the tool manifest an agent would get (with a task: core + tail), with token counts
+    Tools {
+        #[arg(long)]
+        task: Option<String>,
+    },
+    /// Rank the catalog's tools for a query, with scores
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+    /// Benchmarks that print their figures
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Retrieval quality (R@k, C@10, MRR@20, nDCG@10) on a tool/query dataset
+    Retrieval {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+        #[arg(long, default_value = "bm25")]
+        ranker: String,
+    },
+    /// Relevance-floor statistics on the tuning half (gold vs other hits, irrelevance queries)
+    TuneFloor {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries_irrelevance.jsonl")]
+        irrelevant: PathBuf,
+    },
+    /// Grid search of BM25 field weights on the tuning half of a dataset
+    TuneBm25 {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+    },
+}
+
+/// Parses the command line and runs it. Exit codes: 0 ok, 1 failure, 2 bad usage or config.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::Bench(bench)) = cli.command {
+        return report(run_bench(bench), 2);
+    }
+    let path = cli.config.clone().or_else(|| {
+        ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"].iter().find_map(|k| std::env::var_os(k).map(PathBuf::from))
+    });
+    let Some(path) = path else {
+        eprintln!("gatehouse: no config file: pass --config PATH or set GATEHOUSE_CONFIG");
+        return ExitCode::from(2);
+    };
+    let config = match Config::load(&path, &Env::Process) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprint!("gatehouse: {errors}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Check => report(Ok::<_, anyhow::Error>(crate::config::plan(&config, &path)), 1),
+        Command::Serve => report(serve(config, cli.stdio).map(|()| String::new()), 1),
+        Command::Tools { task } => report(with_catalog(&config, |gw| tools(gw, task.as_deref())), 1),
+        Command::Search { query, limit } => report(with_catalog(&config, |gw| search(gw, &query, limit)), 1),
+        Command::Bench(_) => unreachable!("handled before loading a config"),
+    }
+}
+
+fn report(result: Result<String, impl std::fmt::Display>, failure: u8) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gatehouse: {e:#}");
+            ExitCode::from(failure)
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")
+}
+
+fn serve(config: Config, stdio: bool) -> Result<()> {
+    telemetry::init_logging(config.gateway.log_format);
+    runtime()?.block_on(async {
+        let gateway = gateway::Gateway::start(&config)?;
+        if stdio {
+            return gateway.serve_stdio().await.map_err(Into::into);
+        }
+        let (listener, addr) = gateway::bind(&config).await?;
+        // One line on stdout says where we listen (port 0 picks one); everything else is logs.
+        println!("gatehouse listening on http://{addr}{}", config.gateway.path);
+        tracing::info!(%addr, path = %config.gateway.path, upstreams = config.upstreams.len(), "gatehouse serving");
+        gateway.serve_http(listener, gateway::shutdown_signal()).await.map_err(Into::into)
+    })
+}
+
+/// Connects to every upstream (bounded by `cold_start_wait`), runs `f` on the loaded catalog,
+/// then stops any child processes.
+fn with_catalog(config: &Config, f: impl FnOnce(&gateway::Gateway) -> Result<String>) -> Result<String> {
+    runtime()?.block_on(async {
+        let gateway = gateway::Gateway::start(config)?;
+        gateway.front.ready().await;
+        let out = f(&gateway);
+        gateway.stop_upstreams().await;
+        out
+    })
+}
+
+fn tools(gateway: &gateway::Gateway, task: Option<&str>) -> Result<String> {
+    let front = &gateway.front;
+    let view = front.gate.view(&front.catalog.snapshot());
+    let settings = &front.gate.settings;
+    let tail = match task {
+        Some(task) => gate::canonical_order(
+            view.rank(task, settings.tail_k, settings.floor).into_iter().map(|(i, _)| i).collect(),
+        ),
+        None => Vec::new(),
+    };
+    let manifest = view.manifest(tail);
+    let mut out = String::new();
+    let _ = writeln!(out, "core ({} tools, hash {}):", view.core.len(), view.core_hash);
+    for &i in &view.core {
+        let _ = writeln!(out, "  {:<48} {:>6} tokens", view.entries[i].name, view.entries[i].tokens);
+    }
+    let _ = writeln!(out, "tail ({} tools):", manifest.tail.len());
+    for &i in &manifest.tail {
+        let _ = writeln!(out, "  {:<48} {:>6} tokens", view.entries[i].name, view.entries[i].tokens);
+    }
+    let _ = writeln!(
+        out,
+        "tokens (o200k): full catalog {} ({} tools), manifest {}, withheld {}{}",
+        view.all_tokens,
+        view.entries.len(),
+        manifest.exposed_tokens,
+        manifest.withheld_tokens,
+        if settings.enabled { "" } else { "  [gating is off: agents get the full catalog]" }
+    );
+    Ok(out)
+}
+
+fn search(gateway: &gateway::Gateway, query: &str, limit: usize) -> Result<String> {
+    if limit == 0 {
+        bail!("--limit must be at least 1");
+    }
+    let front = &gateway.front;
+    let view = front.gate.view(&front.catalog.snapshot());
+    let mut out = String::new();
+    for (rank, (i, score)) in view.rank(query, limit, 0.0).into_iter().enumerate() {
+        let found = view.found(i, score);
+        let _ = writeln!(
+            out,
+            "{:>3}. {:<48} {:.3}  {}",
+            rank + 1,
+            found.name,
+            found.score,
+            found.description.lines().next().unwrap_or("")
+        );
+    }
+    if out.is_empty() {
+        out.push_str("no tool matches\n");
+    }
+    Ok(out)
+}
+
+fn run_bench(bench: Bench) -> Result<String, String> {
+    let load = |tools: &Path, queries: &Path| -> Result<(Vec<ToolRecord>, Vec<QueryRecord>), String> {
+        Ok((evaluation::read_jsonl(tools)?, evaluation::read_jsonl(queries)?))
+    };
+    match bench {
+        Bench::Retrieval { tools, queries, ranker } => {
+            let (tools, queries) = load(&tools, &queries)?;
+            let run = match ranker.as_str() {
+                "bm25" => evaluation::run_lexical(&tools, &queries),
+                other => return Err(format!("--ranker {other:?}: expected bm25")),
+            };
+            Ok(format!("{} tools, {} queries\n{}", tools.len(), queries.len(), run.report(&ranker)))
+        }
+        Bench::TuneFloor { tools, queries, irrelevant } => {
+            let (tools, queries) = load(&tools, &queries)?;
+            let irrelevant: Vec<QueryRecord> = evaluation::read_jsonl(&irrelevant)?;
+            Ok(evaluation::tune_floor(&tools, &queries, &irrelevant))
+        }
+        Bench::TuneBm25 { tools, queries } => {
+            let (tools, queries) = load(&tools, &queries)?;
+            Ok(evaluation::tune_weights(&tools, &queries))
+        }
+    }
+}
