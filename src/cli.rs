@@ -58,6 +58,13 @@ enum Bench {
         #[arg(long, default_value = "bm25")]
         ranker: String,
     },
+    /// Prompt-cache simulation: tokens sent and cached per turn under four exposure policies
+    Cache {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+    },
     /// Relevance-floor statistics on the tuning half (gold vs other hits, irrelevance queries)
     TuneFloor {
         #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
@@ -217,6 +224,10 @@ fn run_bench(bench: Bench) -> Result<String, String> {
                 other => return Err(format!("--ranker {other:?}: expected bm25")),
             };
             Ok(format!("{} tools, {} queries\n{}", tools.len(), queries.len(), run.report(&ranker)))
+        }
+        Bench::Cache { tools, queries } => {
+            let (tools, queries) = load(&tools, &queries)?;
+            Ok(crate::simulation::prompt_cache(&tools, &queries))
         }
         Bench::TuneFloor { tools, queries, irrelevant } => {
             let (tools, queries) = load(&tools, &queries)?;

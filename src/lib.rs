@@ -12,6 +12,7 @@
 //! - [`gate`]: the manifest an agent sees — byte-stable core plus task tail, session tails.
 //! - [`pipeline`]: `Pipeline::call_tool`, the ordered stages every tool call goes through.
 //! - [`front`]: the agent-facing MCP server (Streamable HTTP both eras, stdio) and ops endpoints.
+//! - [`simulation`]: the prompt-cache simulation benchmark (four tool-exposure policies).
 //! - [`telemetry`]: logging setup and the Prometheus registry.
 //! - [`gateway`]: wiring — builds the parts from a `Config` and runs them.
 
@@ -26,5 +27,6 @@ pub mod gateway;
 pub mod pipeline;
 pub mod protocol;
 pub mod ranking;
+pub mod simulation;
 pub mod telemetry;
 pub mod upstream;

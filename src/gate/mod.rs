@@ -81,14 +81,19 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(config: &Config, namer: Namer, metrics: Arc<Metrics>) -> Self {
-        Self {
-            metrics,
-            settings: config.gating.clone(),
-            search_enabled: config.rag.enabled,
-            upstream_pins: config.upstreams.iter().map(|u| (u.namespace.clone(), u.pin.clone())).collect(),
-            namer,
-            view: RwLock::new(None),
-        }
+        let pins = config.upstreams.iter().map(|u| (u.namespace.clone(), u.pin.clone())).collect();
+        Self::with_settings(config.gating.clone(), config.rag.enabled, pins, namer, metrics)
+    }
+
+    /// A gate without a whole config (benchmarks, simulations).
+    pub fn with_settings(
+        settings: GatingConfig,
+        search_enabled: bool,
+        upstream_pins: HashMap<String, Vec<String>>,
+        namer: Namer,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { metrics, settings, search_enabled, upstream_pins, namer, view: RwLock::new(None) }
     }
 
     /// The exposed name of one of Gatehouse's own tools (always prefixed: `gateway` is reserved).
