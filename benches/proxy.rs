@@ -71,6 +71,32 @@ async fn start_upstream(tool_count: usize) -> String {
             })
         })
         .collect();
+    start_upstream_with(tools).await
+}
+
+/// The BFCL tools (bench/data), copied under distinct names up to `count`: a realistic catalog
+/// to rank over.
+fn bfcl_tools(count: usize) -> Vec<Value> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/data/bfcl/tools.jsonl")).unwrap();
+    let base: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (0..count)
+        .map(|i| {
+            let t = &base[i % base.len()];
+            json!({
+                "name": format!("{}_{}", t["id"].as_str().unwrap().replace('.', "_"), i / base.len()),
+                "description": t["description"],
+                "inputSchema": t["inputSchema"],
+            })
+        })
+        .collect()
+}
+
+fn bfcl_queries() -> Vec<String> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/data/bfcl/queries.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["query"].as_str().unwrap().to_string()).collect()
+}
+
+async fn start_upstream_with(tools: Vec<Value>) -> String {
     let tools = Bytes::from(json!({ "tools": tools }).to_string());
     let app = Router::new().route("/mcp", post(upstream_handler)).with_state(Arc::new(Upstream { tools }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -89,12 +115,14 @@ struct Gateway {
     _dir: tempfile::TempDir,
 }
 
-async fn start_gateway(upstream: &str) -> Gateway {
+async fn start_gateway(upstream: &str, extra: &str) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bench.toml");
     std::fs::write(
         &config,
-        format!("[gateway]\nport = 0\nauth_disabled = true\nlog_format = \"text\"\n[[upstreams]]\nnamespace = \"fast\"\nurl = \"{upstream}\"\n"),
+        format!(
+            "[gateway]\nport = 0\nauth_disabled = true\nlog_format = \"text\"\ncold_start_wait = \"60s\"\n{extra}\n[[upstreams]]\nnamespace = \"fast\"\nurl = \"{upstream}\"\n"
+        ),
     )
     .unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
@@ -155,7 +183,13 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 }
 
 /// `concurrency` tasks each send `method` back to back; latencies recorded after the warm-up.
-async fn load(url: &str, concurrency: usize, method: &'static str, name: &'static str, proxy: Option<u32>) -> Figures {
+type Params = Arc<dyn Fn(u64) -> Value + Send + Sync>;
+
+fn call(name: &'static str) -> Params {
+    Arc::new(move |_| json!({"name": name, "arguments": {"q": "x"}}))
+}
+
+async fn load(url: &str, concurrency: usize, method: &'static str, params: Params, proxy: Option<u32>) -> Figures {
     let http = client();
     let session = initialize(&http, url).await;
     let sent_total = Arc::new(AtomicU64::new(0));
@@ -166,15 +200,14 @@ async fn load(url: &str, concurrency: usize, method: &'static str, name: &'stati
     let end = measure_from + MEASURE;
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (http, url, session, next_id) = (http.clone(), url.to_string(), session.clone(), next_id.clone());
+        let (http, url, session, next_id, params) =
+            (http.clone(), url.to_string(), session.clone(), next_id.clone(), params.clone());
         let sent_total = sent_total.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(100_000);
             loop {
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
-                let params =
-                    if method == "tools/call" { json!({"name": name, "arguments": {"q": "x"}}) } else { json!({}) };
-                let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params(id)}).to_string();
                 let sent = Instant::now();
                 let response = http
                     .post(&url)
@@ -314,7 +347,7 @@ async fn main() {
     }
     println!("gatehouse proxy benchmark ({}s warm-up, {}s measured per row)\n", WARMUP.as_secs(), MEASURE.as_secs());
     let upstream = start_upstream(3).await;
-    let gateway = start_gateway(&upstream).await;
+    let gateway = start_gateway(&upstream, "").await;
     let forwarder = start_forwarder("--plain-forwarder", &upstream).await;
     let nginx = start_nginx(&upstream).await;
     if nginx.is_none() {
@@ -323,18 +356,18 @@ async fn main() {
 
     println!("tools/call                  conc     req/s    p50 µs    p99 µs   added p50   kept   proxy CPU/req");
     for concurrency in [1, 16] {
-        let direct = load(&upstream, concurrency, "tools/call", "tool_00001", None).await;
+        let direct = load(&upstream, concurrency, "tools/call", call("tool_00001"), None).await;
         let mut rows = vec![("direct", direct)];
         if let Some(nginx) = &nginx {
-            rows.push(("nginx hop", load(&nginx.url, concurrency, "tools/call", "tool_00001", nginx.pid()).await));
+            rows.push(("nginx hop", load(&nginx.url, concurrency, "tools/call", call("tool_00001"), nginx.pid()).await));
         }
         rows.push((
             "plain axum+reqwest",
-            load(&forwarder.url, concurrency, "tools/call", "tool_00001", forwarder.pid()).await,
+            load(&forwarder.url, concurrency, "tools/call", call("tool_00001"), forwarder.pid()).await,
         ));
         rows.push((
             "through gatehouse",
-            load(&gateway.url, concurrency, "tools/call", "fast__tool_00001", gateway.pid()).await,
+            load(&gateway.url, concurrency, "tools/call", call("fast__tool_00001"), gateway.pid()).await,
         ));
         let (base_p50, base_rps) = (us(rows[0].1.p50), rows[0].1.rps);
         for (label, f) in &rows {
@@ -352,12 +385,25 @@ async fn main() {
     }
 
     let big = start_upstream(5000).await;
-    let gateway = start_gateway(&big).await;
-    let list = load(&gateway.url, 1, "tools/list", "", gateway.pid()).await;
+    let gateway = start_gateway(&big, "[gating]\nenabled = false").await;
+    let list = load(&gateway.url, 1, "tools/list", Arc::new(|_| json!({})), gateway.pid()).await;
     println!(
-        "tools/list, 5,000 tools from cache: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs (whole ~1 MB body received)",
+        "tools/list, 5,000 tools from cache, gating off: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs (whole ~1 MB body)",
         list.rps,
         us(list.p50),
         us(list.p99)
+    );
+
+    // Gating over 10,000 realistic tools: every request ranks the catalog for its own task.
+    let huge = start_upstream_with(bfcl_tools(10_000)).await;
+    let gateway = start_gateway(&huge, "").await;
+    let queries = Arc::new(bfcl_queries());
+    let task: Params = Arc::new(move |id| json!({"_meta": {"gatehouse/task": queries[id as usize % queries.len()]}}));
+    let gated = load(&gateway.url, 1, "tools/list", task, gateway.pid()).await;
+    println!(
+        "tools/list with a task, 10,000 tools, BM25: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs (core + session-stable tail)",
+        gated.rps,
+        us(gated.p50),
+        us(gated.p99)
     );
 }
