@@ -359,7 +359,10 @@ async fn main() {
         let direct = load(&upstream, concurrency, "tools/call", call("tool_00001"), None).await;
         let mut rows = vec![("direct", direct)];
         if let Some(nginx) = &nginx {
-            rows.push(("nginx hop", load(&nginx.url, concurrency, "tools/call", call("tool_00001"), nginx.pid()).await));
+            rows.push((
+                "nginx hop",
+                load(&nginx.url, concurrency, "tools/call", call("tool_00001"), nginx.pid()).await,
+            ));
         }
         rows.push((
             "plain axum+reqwest",

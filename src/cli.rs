@@ -55,8 +55,15 @@ enum Bench {
         tools: PathBuf,
         #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
         queries: PathBuf,
+        /// bm25, dense or hybrid (dense and hybrid need --model)
         #[arg(long, default_value = "bm25")]
         ranker: String,
+        /// Directory of the local embedding model (scripts/fetch-model puts it in .models/)
+        #[arg(long, default_value = ".models/all-minilm-l6-v2")]
+        model: PathBuf,
+        /// Hybrid: weight of the dense score (the rest is BM25's)
+        #[arg(long, default_value_t = crate::ranking::DENSE_WEIGHT)]
+        dense_weight: f32,
     },
     /// Prompt-cache simulation: tokens sent and cached per turn under four exposure policies
     Cache {
@@ -73,6 +80,15 @@ enum Bench {
         queries: PathBuf,
         #[arg(long, default_value = "bench/data/bfcl/queries_irrelevance.jsonl")]
         irrelevant: PathBuf,
+    },
+    /// Grid search of hybrid fusion (dense weight, normalisation) on the tuning half
+    TuneHybrid {
+        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+        tools: PathBuf,
+        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+        queries: PathBuf,
+        #[arg(long, default_value = ".models/all-minilm-l6-v2")]
+        model: PathBuf,
     },
     /// Grid search of BM25 field weights on the tuning half of a dataset
     TuneBm25 {
@@ -217,11 +233,16 @@ fn run_bench(bench: Bench) -> Result<String, String> {
         Ok((evaluation::read_jsonl(tools)?, evaluation::read_jsonl(queries)?))
     };
     match bench {
-        Bench::Retrieval { tools, queries, ranker } => {
+        Bench::Retrieval { tools, queries, ranker, model, dense_weight } => {
             let (tools, queries) = load(&tools, &queries)?;
             let run = match ranker.as_str() {
                 "bm25" => evaluation::run_lexical(&tools, &queries),
-                other => return Err(format!("--ranker {other:?}: expected bm25")),
+                "dense" | "hybrid" => {
+                    let embedded = embed_dataset(&model, &tools, &queries)?;
+                    let weight = (ranker == "hybrid").then_some(dense_weight);
+                    evaluation::run_embedded(&tools, &queries, &embedded, weight)
+                }
+                other => return Err(format!("--ranker {other:?}: expected bm25, dense or hybrid")),
             };
             Ok(format!("{} tools, {} queries\n{}", tools.len(), queries.len(), run.report(&ranker)))
         }
@@ -234,9 +255,31 @@ fn run_bench(bench: Bench) -> Result<String, String> {
             let irrelevant: Vec<QueryRecord> = evaluation::read_jsonl(&irrelevant)?;
             Ok(evaluation::tune_floor(&tools, &queries, &irrelevant))
         }
+        Bench::TuneHybrid { tools, queries, model } => {
+            let (tools, queries) = load(&tools, &queries)?;
+            let embedded = embed_dataset(&model, &tools, &queries)?;
+            Ok(evaluation::tune_hybrid(&tools, &queries, &embedded))
+        }
         Bench::TuneBm25 { tools, queries } => {
             let (tools, queries) = load(&tools, &queries)?;
             Ok(evaluation::tune_weights(&tools, &queries))
         }
     }
+}
+
+#[cfg(feature = "local-embeddings")]
+fn embed_dataset(model: &Path, tools: &[ToolRecord], queries: &[QueryRecord]) -> Result<evaluation::Embedded, String> {
+    let embedder = crate::ranking::embed::Local::load(model).map_err(|e| format!("{e} (run scripts/fetch-model)"))?;
+    // Vectors are kept beside the model, so reruns embed nothing.
+    let cache = crate::ranking::cache::VectorCache::open(
+        &model.join("vectors"),
+        crate::ranking::embed::Embedder::id(&embedder),
+    )
+    .map_err(|e| e.to_string())?;
+    runtime().map_err(|e| e.to_string())?.block_on(evaluation::embed_all(&embedder, &cache, tools, queries))
+}
+
+#[cfg(not(feature = "local-embeddings"))]
+fn embed_dataset(_: &Path, _: &[ToolRecord], _: &[QueryRecord]) -> Result<evaluation::Embedded, String> {
+    Err("this build has no local embedding model (feature local-embeddings)".into())
 }

@@ -176,6 +176,72 @@ impl Run {
     }
 }
 
+/// Every tool passage and query embedded once (the slow part), for the dense and hybrid runs.
+pub struct Embedded {
+    pub tools: Vec<crate::ranking::embed::Vector>,
+    pub queries: Vec<crate::ranking::embed::Vector>,
+    pub seconds: f64,
+}
+
+pub async fn embed_all(
+    embedder: &dyn crate::ranking::embed::Embedder,
+    cache: &crate::ranking::cache::VectorCache,
+    tools: &[ToolRecord],
+    queries: &[QueryRecord],
+) -> Result<Embedded, String> {
+    let started = std::time::Instant::now();
+    let passages: Vec<String> = tools
+        .iter()
+        .map(|t| {
+            ranking::tool_passage(&t.definition, t.definition.get("server").and_then(Value::as_str).unwrap_or_default())
+        })
+        .collect();
+    let (tool_vectors, fresh) = cache.embed(embedder, &passages).await.map_err(|e| e.to_string())?;
+    let indexing = started.elapsed().as_secs_f64();
+    let texts: Vec<String> = queries.iter().map(|q| q.query.clone()).collect();
+    let (query_vectors, _) = cache.embed(embedder, &texts).await.map_err(|e| e.to_string())?;
+    if fresh > 0 {
+        eprintln!(
+            "embedded {fresh} tool passages in {indexing:.1} s ({:.0} passages/s)",
+            fresh as f64 / indexing.max(1e-9)
+        );
+    }
+    Ok(Embedded { tools: tool_vectors, queries: query_vectors, seconds: indexing })
+}
+
+/// Ranks every query densely, or by fusing BM25 and dense (`dense_weight` in [0, 1]).
+pub fn run_embedded(
+    tools: &[ToolRecord],
+    queries: &[QueryRecord],
+    embedded: &Embedded,
+    dense_weight: Option<f32>,
+) -> Run {
+    let documents: Vec<_> = tools
+        .iter()
+        .map(|t| {
+            ranking::tool_document(
+                &t.definition,
+                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let lexical = Lexical::new(&documents);
+    let dense = ranking::Dense::new(embedded.tools.clone());
+    let per_query = queries
+        .iter()
+        .zip(&embedded.queries)
+        .map(|(q, v)| {
+            let hits = match dense_weight {
+                None => dense.search(v, 20),
+                Some(w) => ranking::fuse(&lexical.search(&q.query, 100), &dense.search(v, 100), w, 20),
+            };
+            let ids: Vec<&str> = hits.iter().map(|h| tools[h.index].id.as_str()).collect();
+            (q.is_live(), q.split(), score(&ids, &q.gold))
+        })
+        .collect();
+    Run { per_query }
+}
+
 /// Ranks every query with BM25 over the tool documents.
 pub fn run_lexical(tools: &[ToolRecord], queries: &[QueryRecord]) -> Run {
     run_lexical_weighted(tools, queries, &ranking::WEIGHTS)
@@ -324,4 +390,50 @@ pub fn tune_floor(tools: &[ToolRecord], queries: &[QueryRecord], irrelevant: &[Q
         );
     }
     out
+}
+
+/// Grid search of hybrid fusion on the tuning half only: dense weight × score normalisation.
+pub fn tune_hybrid(tools: &[ToolRecord], queries: &[QueryRecord], embedded: &Embedded) -> String {
+    let documents: Vec<_> = tools
+        .iter()
+        .map(|t| {
+            ranking::tool_document(
+                &t.definition,
+                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let lexical = Lexical::new(&documents);
+    let dense = ranking::Dense::new(embedded.tools.clone());
+    let tune: Vec<(usize, &QueryRecord)> =
+        queries.iter().enumerate().filter(|(_, q)| q.split() == Split::Tune).collect();
+    let prepared: Vec<(Vec<ranking::Hit>, Vec<ranking::Hit>)> =
+        tune.iter().map(|(i, q)| (lexical.search(&q.query, 100), dense.search(&embedded.queries[*i], 100))).collect();
+    let mut rows = Vec::new();
+    for by_max in [false, true] {
+        for weight in [0.3, 0.4, 0.5, 0.6, 0.7, 0.8] {
+            let per_query = tune
+                .iter()
+                .zip(&prepared)
+                .map(|((_, q), (lex, den))| {
+                    let (lex, den) =
+                        if by_max { (ranking::by_top(lex), ranking::by_top(den)) } else { (lex.clone(), den.clone()) };
+                    let hits = ranking::fuse(&lex, &den, weight, 20);
+                    let ids: Vec<&str> = hits.iter().map(|h| tools[h.index].id.as_str()).collect();
+                    (q.is_live(), q.split(), score(&ids, &q.gold))
+                })
+                .collect();
+            let run = Run { per_query };
+            let all = run.summary(None, None).mean;
+            let live = run.summary(Some(true), None).mean;
+            rows.push(format!(
+                "normalise {} weight {weight:.1}: R@5 {:.1} nDCG@10 {:.1} live R@5 {:.1}\n",
+                if by_max { "by top " } else { "ceiling" },
+                all.recall_5 * 100.0,
+                all.ndcg_10 * 100.0,
+                live.recall_5 * 100.0
+            ));
+        }
+    }
+    rows.concat()
 }

@@ -3,6 +3,7 @@
 //! Crate map (dependency direction: front → pipeline → {upstream, catalog} → {protocol, error}):
 //! - [`cli`]: the `gatehouse` command line (serve, check, tools, search, bench).
 //! - [`config`]: TOML image (`RawConfig`) validated into typed [`config::Config`].
+//! - [`egress`]: the one outbound HTTP client (TLS roots, no redirects, no proxy).
 //! - [`error`]: [`error::GatewayError`], the one place errors become wire errors.
 //! - [`protocol`]: JSON-RPC envelopes, MCP revisions and era detection, SSE framing.
 //! - [`upstream`]: the MCP client toward each upstream (transport, era probe, sessions, state).
@@ -19,6 +20,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod egress;
 pub mod error;
 pub mod evaluation;
 pub mod front;

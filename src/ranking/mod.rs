@@ -4,6 +4,8 @@
 //! Owns no I/O and knows nothing of the catalog or the wire: it ranks documents it is given.
 
 pub mod bm25;
+pub mod cache;
+pub mod embed;
 pub mod text;
 
 use serde_json::Value;
@@ -20,6 +22,10 @@ pub struct Weights {
     pub parameter_descriptions: f32,
     pub namespace: f32,
 }
+
+/// Hybrid fusion: the dense score's weight (BM25, normalised by its ceiling, gets the rest).
+/// Chosen on the BFCL tuning half (`gatehouse bench tune-hybrid`).
+pub const DENSE_WEIGHT: f32 = 0.4;
 
 pub const WEIGHTS: Weights = Weights {
     name: 3.0,
@@ -103,4 +109,74 @@ impl Lexical {
             .map(|(index, score)| Hit { index, score, relevance: if ceiling > 0.0 { score / ceiling } else { 0.0 } })
             .collect()
     }
+}
+
+/// A tool as one natural-language passage, for a sentence-embedding model: the name in words,
+/// title, description and parameters.
+pub fn tool_passage(definition: &Value, namespace: &str) -> String {
+    let text = |key: &str| definition.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut passage = text::words(text("name")).join(" ");
+    let title = text("title");
+    if !title.is_empty() {
+        passage.push_str(" — ");
+        passage.push_str(title);
+    }
+    passage.push_str(": ");
+    passage.push_str(text("description"));
+    let mut names = String::new();
+    let mut descriptions = String::new();
+    if let Some(schema) = definition.get("inputSchema") {
+        collect_parameters(schema, &mut names, &mut descriptions, 0);
+    }
+    if !names.trim().is_empty() {
+        passage.push_str(" Parameters: ");
+        passage.push_str(&text::words(&names).join(" "));
+        passage.push('.');
+    }
+    if !namespace.is_empty() {
+        passage.push_str(" Server: ");
+        passage.push_str(namespace);
+        passage.push('.');
+    }
+    passage
+}
+
+/// Dense ranking: cosine similarity of unit vectors.
+pub struct Dense {
+    vectors: Vec<embed::Vector>,
+}
+
+impl Dense {
+    pub fn new(vectors: Vec<embed::Vector>) -> Self {
+        Self { vectors }
+    }
+
+    pub fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
+        let scores: Vec<f32> = self.vectors.iter().map(|v| embed::cosine(v, query).max(0.0)).collect();
+        bm25::top_k(&scores, k).into_iter().map(|(index, score)| Hit { index, score, relevance: score }).collect()
+    }
+}
+
+/// Hybrid ranking: a weighted sum of the two rankers' relevances (BM25 normalised into [0, 1],
+/// cosine as is), so a strong signal from either side can carry a tool. `dense_weight` is in
+/// [0, 1]; the result's relevance is the fused score.
+pub fn fuse(lexical: &[Hit], dense: &[Hit], dense_weight: f32, k: usize) -> Vec<Hit> {
+    let mut fused: std::collections::HashMap<usize, f32> = std::collections::HashMap::new();
+    for h in lexical {
+        *fused.entry(h.index).or_default() += (1.0 - dense_weight) * h.relevance;
+    }
+    for h in dense {
+        *fused.entry(h.index).or_default() += dense_weight * h.relevance;
+    }
+    let mut hits: Vec<Hit> = fused.into_iter().map(|(index, score)| Hit { index, score, relevance: score }).collect();
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    hits.truncate(k);
+    hits
+}
+
+/// Rescales a ranking's relevances so its best hit is 1 (for fusing rankers whose scores live
+/// on different scales).
+pub fn by_top(hits: &[Hit]) -> Vec<Hit> {
+    let top = hits.first().map_or(0.0, |h| h.relevance);
+    hits.iter().map(|h| Hit { relevance: if top > 0.0 { h.relevance / top } else { 0.0 }, ..*h }).collect()
 }

@@ -58,7 +58,9 @@ fn flush(current: &mut String, out: &mut Vec<String>) {
 pub fn terms(text: &str) -> Vec<String> {
     words(text)
         .into_iter()
-        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+        // Numbers in a request are argument values, not what a tool is for; rare ones would
+        // otherwise score as highly specific terms.
+        .filter(|w| !STOP_WORDS.contains(&w.as_str()) && !w.chars().all(|c| c.is_ascii_digit()))
         .map(|w| stemmer().stem(&w).into_owned())
         .collect()
 }

@@ -5,7 +5,6 @@
 //! the era/session decisions.
 
 mod auth;
-mod http_client;
 mod mux;
 pub mod relay;
 pub mod sse;
@@ -488,7 +487,13 @@ impl Transport {
                 let setup = SseSetup {
                     namespace: namespace.clone(),
                     url: url.clone(),
-                    http: http_client::build(config)?,
+                    http: crate::egress::client(&crate::egress::Options {
+                        peer: namespace,
+                        tls_verify: config.tls_verify,
+                        ca_bundle: config.ca_bundle.as_deref(),
+                        connect_timeout: config.timeout,
+                        timeout: None,
+                    })?,
                     token: auth::TokenSource::from_config(&config.auth)?,
                     static_headers,
                     timeout: config.timeout,

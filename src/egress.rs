@@ -1,5 +1,6 @@
-//! The reqwest client toward one upstream: rustls with the ring provider, system roots plus an
-//! optional CA bundle, verification on unless the operator turned it off, no redirects, no proxy.
+//! Egress: the one way Gatehouse makes outbound HTTP requests (upstreams, embedding services) —
+//! rustls with the ring provider, system roots plus an optional CA bundle, verification on unless
+//! the operator turned it off, no redirects, no proxy.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -10,16 +11,25 @@ use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::config::UpstreamConfig;
+/// What one outbound client needs to know.
+pub struct Options<'a> {
+    /// Who the client talks to, for log lines (`upstream bamboo`, `embeddings`).
+    pub peer: &'a str,
+    pub tls_verify: bool,
+    pub ca_bundle: Option<&'a std::path::Path>,
+    pub connect_timeout: Duration,
+    /// Whole-request timeout (None: the caller bounds requests itself).
+    pub timeout: Option<Duration>,
+}
 
-pub fn build(config: &UpstreamConfig) -> Result<reqwest::Client, String> {
+pub fn client(options: &Options<'_>) -> Result<reqwest::Client, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS setup: {e}"))?;
-    let mut tls = if config.tls_verify {
+    let mut tls = if options.tls_verify {
         let mut roots = system_roots().clone();
-        if let Some(bundle) = &config.ca_bundle {
+        if let Some(bundle) = options.ca_bundle {
             let certs =
                 CertificateDer::pem_file_iter(bundle).map_err(|e| format!("CA bundle {}: {e}", bundle.display()))?;
             for cert in certs {
@@ -29,21 +39,23 @@ pub fn build(config: &UpstreamConfig) -> Result<reqwest::Client, String> {
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     } else {
-        tracing::warn!(namespace = %config.namespace, "tls_verify = false: the upstream's certificate is not checked");
+        tracing::warn!(peer = options.peer, "tls_verify = false: the peer's certificate is not checked");
         let verifier = Arc::new(NoVerification(provider.signature_verification_algorithms));
         builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth()
     };
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
 
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .tcp_nodelay(true)
-        .connect_timeout(config.timeout.min(Duration::from_secs(10)))
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|e| format!("HTTP client setup: {e}"))
+        .connect_timeout(options.connect_timeout.min(Duration::from_secs(10)))
+        .pool_idle_timeout(Duration::from_secs(60));
+    if let Some(timeout) = options.timeout {
+        builder = builder.timeout(timeout);
+    }
+    builder.build().map_err(|e| format!("HTTP client setup: {e}"))
 }
 
 fn system_roots() -> &'static RootCertStore {
