@@ -122,8 +122,10 @@ pub fn run() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Check => report(Ok::<_, anyhow::Error>(crate::config::plan(&config, &path)), 1),
         Command::Serve => report(serve(config, cli.stdio).map(|()| String::new()), 1),
-        Command::Tools { task } => report(with_catalog(&config, |gw| tools(gw, task.as_deref())), 1),
-        Command::Search { query, limit } => report(with_catalog(&config, |gw| search(gw, &query, limit)), 1),
+        Command::Tools { task } => report(with_catalog(&config, async |gw| tools(gw, task.as_deref()).await), 1),
+        Command::Search { query, limit } => {
+            report(with_catalog(&config, async |gw| search(gw, &query, limit).await), 1)
+        }
         Command::Bench(_) => unreachable!("handled before loading a config"),
     }
 }
@@ -160,25 +162,39 @@ fn serve(config: Config, stdio: bool) -> Result<()> {
     })
 }
 
-/// Connects to every upstream (bounded by `cold_start_wait`), runs `f` on the loaded catalog,
-/// then stops any child processes.
-fn with_catalog(config: &Config, f: impl FnOnce(&gateway::Gateway) -> Result<String>) -> Result<String> {
+/// Connects to every upstream (bounded by `cold_start_wait`), waits for the catalog's
+/// embeddings if an embedder is configured, runs `f` on the loaded catalog, then stops any
+/// child processes.
+fn with_catalog(config: &Config, f: impl AsyncFnOnce(&gateway::Gateway) -> Result<String>) -> Result<String> {
     runtime()?.block_on(async {
         let gateway = gateway::Gateway::start(config)?;
         gateway.front.ready().await;
-        let out = f(&gateway);
+        let front = &gateway.front;
+        let version = front.catalog.snapshot().version;
+        if front.gate.indexing_of(version) == gate::Indexing::Loading {
+            eprintln!("gatehouse: embedding the catalog for hybrid ranking…");
+            let _ = front
+                .gate
+                .indexing()
+                .wait_for(|s| match *s {
+                    gate::Indexing::Ready { version: v } => v >= version,
+                    s => s != gate::Indexing::Loading,
+                })
+                .await;
+        }
+        let out = f(&gateway).await;
         gateway.stop_upstreams().await;
         out
     })
 }
 
-fn tools(gateway: &gateway::Gateway, task: Option<&str>) -> Result<String> {
+async fn tools(gateway: &gateway::Gateway, task: Option<&str>) -> Result<String> {
     let front = &gateway.front;
     let view = front.gate.view(&front.catalog.snapshot());
     let settings = &front.gate.settings;
     let tail = match task {
         Some(task) => gate::canonical_order(
-            view.rank(task, settings.tail_k, settings.floor).into_iter().map(|(i, _)| i).collect(),
+            front.gate.rank(&view, task, settings.tail_k, settings.floor).await.into_iter().map(|(i, _)| i).collect(),
         ),
         None => Vec::new(),
     };
@@ -192,6 +208,12 @@ fn tools(gateway: &gateway::Gateway, task: Option<&str>) -> Result<String> {
     for &i in &manifest.tail {
         let _ = writeln!(out, "  {:<48} {:>6} tokens", view.entries[i].name, view.entries[i].tokens);
     }
+    let ranking = match front.gate.indexing_of(view.version) {
+        gate::Indexing::Ready { .. } => "hybrid (BM25 + embeddings)",
+        gate::Indexing::Off => "BM25",
+        gate::Indexing::Loading | gate::Indexing::Failing => "BM25 (the embedder failed: see the log)",
+    };
+    let _ = writeln!(out, "ranking: {ranking}");
     let _ = writeln!(
         out,
         "tokens (o200k): full catalog {} ({} tools), manifest {}, withheld {}{}",
@@ -204,14 +226,14 @@ fn tools(gateway: &gateway::Gateway, task: Option<&str>) -> Result<String> {
     Ok(out)
 }
 
-fn search(gateway: &gateway::Gateway, query: &str, limit: usize) -> Result<String> {
+async fn search(gateway: &gateway::Gateway, query: &str, limit: usize) -> Result<String> {
     if limit == 0 {
         bail!("--limit must be at least 1");
     }
     let front = &gateway.front;
     let view = front.gate.view(&front.catalog.snapshot());
     let mut out = String::new();
-    for (rank, (i, score)) in view.rank(query, limit, 0.0).into_iter().enumerate() {
+    for (rank, (i, score)) in front.gate.rank(&view, query, limit, 0.0).await.into_iter().enumerate() {
         let found = view.found(i, score);
         let _ = writeln!(
             out,

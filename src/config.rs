@@ -16,7 +16,7 @@ use http::{HeaderName, HeaderValue};
 use reqwest::Url;
 
 pub use raw::RawConfig;
-use raw::{RawDuration, RawGateway, RawGating, RawUpstream, Sp};
+use raw::{RawDuration, RawEmbedding, RawGateway, RawGating, RawUpstream, Sp};
 
 /// Where `*_env` keys and `~` are resolved. `Process` in production, `Map` in tests.
 #[derive(Debug, Clone)]
@@ -63,7 +63,30 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     pub rag: RagConfig,
     pub gating: GatingConfig,
+    pub embedding: EmbeddingConfig,
 }
+
+/// `[embedding]`: the dense half of hybrid ranking (SPEC §7). Without it, BM25 alone.
+#[derive(Debug, Clone)]
+pub enum EmbeddingConfig {
+    None,
+    /// A sentence model run in-process from `model_dir` (`scripts/fetch-model` fills it).
+    Local {
+        model_dir: PathBuf,
+        query_cache: usize,
+    },
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    OpenAi {
+        base_url: Url,
+        model: String,
+        api_key: Option<Secret>,
+        timeout: Duration,
+        query_cache: usize,
+    },
+}
+
+/// Where `scripts/fetch-model` puts all-MiniLM-L6-v2.
+pub const DEFAULT_MODEL_DIR: &str = ".models/all-minilm-l6-v2";
 
 /// `[gating]`: which tools an agent sees (SPEC §6).
 #[derive(Debug, Clone)]
@@ -345,7 +368,8 @@ impl Validator<'_> {
             persist_dir: rag.persist_dir.map(|p| self.expand_home(&p)),
         };
         let gating = self.gating(raw.gating.unwrap_or_default());
-        Config { gateway, upstreams, rag, gating }
+        let embedding = self.embedding(raw.embedding.unwrap_or_default());
+        Config { gateway, upstreams, rag, gating, embedding }
     }
 
     fn gateway(&mut self, g: RawGateway) -> GatewayConfig {
@@ -457,6 +481,94 @@ impl Validator<'_> {
             pin: g.pin.unwrap_or_default(),
             floor,
             max_conversations: g.max_conversations.unwrap_or(10_000).max(1),
+        }
+    }
+
+    fn embedding(&mut self, e: RawEmbedding) -> EmbeddingConfig {
+        let query_cache = e.query_cache.unwrap_or(1024).max(1);
+        let provider = e.provider.as_ref().map_or("none", |p| p.value.as_str());
+        let misplaced = |v: &mut Self, key: &str, set: bool| {
+            if set {
+                v.error(format!("embedding.{key}"), None, format!("{key} does not apply to provider {provider:?}"));
+            }
+        };
+        match provider {
+            "none" => EmbeddingConfig::None,
+            "local" => {
+                misplaced(self, "base_url", e.base_url.is_some());
+                misplaced(self, "model", e.model.is_some());
+                misplaced(self, "api_key_env", e.api_key_env.is_some());
+                if !cfg!(feature = "local-embeddings") {
+                    self.error(
+                        "embedding.provider",
+                        e.provider.as_ref().map(|p| p.span.clone()),
+                        "this build has no local model (cargo feature local-embeddings); use \"openai\" or \"none\"",
+                    );
+                }
+                let model_dir = self.expand_home(e.model_dir.as_deref().unwrap_or(DEFAULT_MODEL_DIR));
+                EmbeddingConfig::Local { model_dir, query_cache }
+            }
+            "openai" => {
+                misplaced(self, "model_dir", e.model_dir.is_some());
+                let base_url = match &e.base_url {
+                    None => {
+                        self.error(
+                            "embedding.base_url",
+                            e.provider.as_ref().map(|p| p.span.clone()),
+                            "provider \"openai\" needs base_url, e.g. \"https://api.openai.com/v1/\"",
+                        );
+                        None
+                    }
+                    Some(raw) => match Url::parse(&raw.value) {
+                        // HTTPS, except to this machine (a local embedding server).
+                        Ok(url)
+                            if url.scheme() == "https"
+                                || (url.scheme() == "http" && url.host_str().is_some_and(is_loopback_host)) =>
+                        {
+                            Some(url)
+                        }
+                        _ => {
+                            self.error(
+                                "embedding.base_url",
+                                Some(raw.span.clone()),
+                                format!("expected an https URL (http only to localhost), got {:?}", raw.value),
+                            );
+                            None
+                        }
+                    },
+                };
+                let model = match &e.model {
+                    Some(m) if !m.value.trim().is_empty() => m.value.clone(),
+                    other => {
+                        self.error(
+                            "embedding.model",
+                            other.as_ref().map(|m| m.span.clone()),
+                            "provider \"openai\" needs a model name, e.g. \"text-embedding-3-small\"",
+                        );
+                        String::new()
+                    }
+                };
+                let api_key = e.api_key_env.as_ref().and_then(|name| self.secret_env("embedding.api_key_env", name));
+                let timeout = self.duration("embedding.timeout", e.timeout, Duration::from_secs(10));
+                match base_url {
+                    // Embeddings are joined onto the base: make sure it ends in '/'.
+                    Some(mut base_url) => {
+                        if !base_url.path().ends_with('/') {
+                            base_url.set_path(&format!("{}/", base_url.path()));
+                        }
+                        EmbeddingConfig::OpenAi { base_url, model, api_key, timeout, query_cache }
+                    }
+                    None => EmbeddingConfig::None,
+                }
+            }
+            other => {
+                self.error(
+                    "embedding.provider",
+                    e.provider.as_ref().map(|p| p.span.clone()),
+                    format!("expected \"local\", \"openai\" or \"none\", got {other:?}"),
+                );
+                EmbeddingConfig::None
+            }
         }
     }
 
@@ -774,5 +886,11 @@ pub fn plan(config: &Config, path: &Path) -> String {
         );
     }
     let _ = writeln!(out, "search index: {}", if config.rag.enabled { "enabled" } else { "disabled" });
+    let ranker = match &config.embedding {
+        EmbeddingConfig::None => "BM25 (no embedder configured)".to_string(),
+        EmbeddingConfig::Local { model_dir, .. } => format!("hybrid: BM25 + local model in {}", model_dir.display()),
+        EmbeddingConfig::OpenAi { base_url, model, .. } => format!("hybrid: BM25 + {model} at {base_url}"),
+    };
+    let _ = writeln!(out, "ranking: {ranker}");
     out
 }

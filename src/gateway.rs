@@ -10,9 +10,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::catalog::{Catalog, Namer};
-use crate::config::Config;
+use crate::config::{Config, EmbeddingConfig};
 use crate::front::{self, Front};
+use crate::gate;
 use crate::pipeline::Principal;
+use crate::ranking::cache::VectorCache;
+use crate::ranking::embed::Embedder;
+use crate::ranking::semantic::Semantic;
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Upstream};
 
@@ -70,7 +74,12 @@ impl Gateway {
                 }
             }
         });
-        let front = Arc::new(Front::new(config, catalog, upstreams, first_loads, metrics, ended_tx));
+        let front = Arc::new(Front::new(config, catalog.clone(), upstreams, first_loads, metrics, ended_tx));
+        if let Some(load) = embedder_loader(config) {
+            // Loading from here on, so nobody sees "off" before the task runs.
+            front.gate.mark_loading();
+            tokio::spawn(gate::keep_indexed(front.gate.clone(), catalog, load));
+        }
         tokio::spawn(front::fan_out_list_changed(front.clone()));
         let sweeper = front.clone();
         tokio::spawn(async move {
@@ -129,6 +138,55 @@ impl Gateway {
         let stops = self.front.upstreams.iter().map(|u| u.shutdown());
         futures_util::future::join_all(stops).await;
     }
+}
+
+/// What loads the configured embedder (and its vector cache), or None for BM25 alone. Loading
+/// a local model reads ~90 MB and runs on a blocking thread, after start-up.
+fn embedder_loader(config: &Config) -> Option<impl FnOnce() -> Result<Semantic, String> + Send + 'static> {
+    let embedding = config.embedding.clone();
+    let persist_dir = config.rag.persist_dir.clone();
+    let (embedder, query_cache, query_timeout): (Box<dyn FnOnce() -> Result<Arc<dyn Embedder>, String> + Send>, _, _) =
+        match embedding {
+            EmbeddingConfig::None => return None,
+            #[cfg(feature = "local-embeddings")]
+            EmbeddingConfig::Local { model_dir, query_cache } => (
+                Box::new(move || {
+                    crate::ranking::embed::Local::load(&model_dir)
+                        .map(|e| Arc::new(e) as Arc<dyn Embedder>)
+                        .map_err(|e| format!("{e} (run scripts/fetch-model)"))
+                }),
+                query_cache,
+                // A local model answers in milliseconds; anything slower means an overloaded CPU.
+                Duration::from_secs(2),
+            ),
+            #[cfg(not(feature = "local-embeddings"))]
+            EmbeddingConfig::Local { .. } => return None,
+            EmbeddingConfig::OpenAi { base_url, model, api_key, timeout, query_cache } => (
+                Box::new(move || {
+                    crate::ranking::embed::OpenAi::new(
+                        &base_url,
+                        &model,
+                        api_key.map(|k| k.expose().to_string()),
+                        timeout,
+                    )
+                    .map(|e| Arc::new(e) as Arc<dyn Embedder>)
+                    .map_err(|e| e.to_string())
+                }),
+                query_cache,
+                timeout,
+            ),
+        };
+    Some(move || {
+        let embedder = embedder()?;
+        let cache = match &persist_dir {
+            Some(dir) => VectorCache::open(&dir.join("embeddings"), embedder.id()).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot open the embedding cache under persist_dir; keeping vectors in memory");
+                VectorCache::memory()
+            }),
+            None => VectorCache::memory(),
+        };
+        Ok(Semantic::new(embedder, cache, query_cache, query_timeout))
+    })
 }
 
 /// Binds the configured address.

@@ -32,6 +32,19 @@ pub struct RawConfig {
     #[serde(alias = "ranking")]
     pub rag: Option<RawRag>,
     pub gating: Option<RawGating>,
+    pub embedding: Option<RawEmbedding>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEmbedding {
+    pub provider: Option<Sp<String>>,
+    pub model_dir: Option<String>,
+    pub base_url: Option<Sp<String>>,
+    pub model: Option<Sp<String>>,
+    pub api_key_env: Option<Sp<String>>,
+    pub timeout: Option<Sp<RawDuration>>,
+    pub query_cache: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

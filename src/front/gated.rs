@@ -47,7 +47,9 @@ impl Front {
         let task = TASK_KEYS.iter().find_map(|k| meta.get(*k)).and_then(Value::as_str).filter(|t| !t.trim().is_empty());
         let conversation = self.conversation(ctx, &meta);
         let picks: Vec<usize> = match task {
-            Some(task) => view.rank(task, settings.tail_k, settings.floor).into_iter().map(|(i, _)| i).collect(),
+            Some(task) => {
+                self.gate.rank(&view, task, settings.tail_k, settings.floor).await.into_iter().map(|(i, _)| i).collect()
+            }
             None => Vec::new(),
         };
         let tail = match &conversation {
@@ -115,7 +117,7 @@ impl Front {
         arguments: Value,
     ) -> Option<Result<Box<RawValue>, GatewayError>> {
         if self.gate.search_enabled && name == self.gate.own_tool(gate::SEARCH_TOOL) {
-            return Some(self.search_tools(ctx, arguments));
+            return Some(self.search_tools(ctx, arguments).await);
         }
         if self.gate.settings.enabled && name == self.gate.own_tool(gate::CALL_TOOL) {
             return Some(self.call_through(ctx, arguments).await);
@@ -123,7 +125,7 @@ impl Front {
         None
     }
 
-    fn search_tools(&self, ctx: &Ctx, arguments: Value) -> Result<Box<RawValue>, GatewayError> {
+    async fn search_tools(&self, ctx: &Ctx, arguments: Value) -> Result<Box<RawValue>, GatewayError> {
         #[derive(Deserialize)]
         struct Search {
             query: String,
@@ -138,7 +140,7 @@ impl Front {
             return Err(invalid("params.arguments.limit", "expected an integer from 1 to 50"));
         }
         let view = self.gate.view(&self.catalog.snapshot());
-        let hits = view.rank(&query, limit, 0.0);
+        let hits = self.gate.rank(&view, &query, limit, 0.0).await;
         let found: Vec<gate::Found> = hits.iter().map(|&(i, score)| view.found(i, score)).collect();
         // Found tools join the session's tail, and the agent is told its list changed, so
         // clients that re-list see them and keep them.

@@ -22,6 +22,7 @@ pub async fn healthz(State(front): State<Arc<Front>>) -> Response {
         "sessions": front.sessions.len(),
         "tools": snapshot.tools.len(),
         "upstreams": upstreams,
+        "ranking": front.gate.indexing_of(snapshot.version),
         "warnings": snapshot.warnings,
     });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()

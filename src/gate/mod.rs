@@ -4,23 +4,27 @@
 //! to request while the context stays small.
 //!
 //! A [`View`] is built once per catalog snapshot, off the request path; serving a manifest is a
-//! ranking plus byte splicing. Must not do I/O.
+//! ranking plus byte splicing. The only I/O is a task's embedding for hybrid ranking
+//! ([`Gate::rank`]), bounded by a timeout and falling back to BM25; tool vectors are kept current
+//! by [`keep_indexed`], off the request path.
 
 pub mod context;
 pub mod tails;
 pub mod tokens;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::catalog::{Namer, Snapshot};
+use crate::catalog::{Catalog, Namer, Snapshot};
 use crate::config::{Config, GatingConfig};
-use crate::ranking::{self, Lexical};
-use crate::telemetry::Metrics;
+use crate::ranking::semantic::Semantic;
+use crate::ranking::{self, Dense, Lexical};
+use crate::telemetry::{Metrics, Ranked};
 
 /// Gatehouse's own tools, in the reserved `gateway` namespace.
 pub const SEARCH_TOOL: &str = "search_tools";
@@ -51,6 +55,8 @@ pub struct View {
     /// Entry index of each ranker document (the catalog tools; the gateway's own tools are
     /// always in the core and never ranked).
     ranked: Vec<usize>,
+    /// Each ranked document as a passage for the embedding model, aligned with `ranked`.
+    pub passages: Vec<String>,
 }
 
 /// The tools a request exposes, and what it withheld.
@@ -77,6 +83,24 @@ pub struct Gate {
     upstream_pins: HashMap<String, Vec<String>>,
     view: RwLock<Option<Arc<View>>>,
     metrics: Arc<Metrics>,
+    /// The dense half of hybrid ranking, once an embedder is loaded ([`keep_indexed`]).
+    semantic: OnceLock<Arc<Semantic>>,
+    indexing: tokio::sync::watch::Sender<Indexing>,
+}
+
+/// Where hybrid ranking stands (for `/healthz` and the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Indexing {
+    /// No embedder configured, or it could not be loaded: BM25 alone.
+    Off,
+    /// Loading the embedder, or embedding what a catalog change added.
+    Loading,
+    /// Catalog `version` is embedded: hybrid ranking.
+    Ready { version: u64 },
+    /// The last attempt failed; retrying with backoff. Ranking is BM25 for catalog changes
+    /// since the last success.
+    Failing,
 }
 
 impl Gate {
@@ -93,7 +117,59 @@ impl Gate {
         namer: Namer,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { metrics, settings, search_enabled, upstream_pins, namer, view: RwLock::new(None) }
+        Self {
+            metrics,
+            settings,
+            search_enabled,
+            upstream_pins,
+            namer,
+            view: RwLock::new(None),
+            semantic: OnceLock::new(),
+            indexing: tokio::sync::watch::Sender::new(Indexing::Off),
+        }
+    }
+
+    pub fn mark_loading(&self) {
+        self.indexing.send_replace(Indexing::Loading);
+    }
+
+    pub fn indexing(&self) -> tokio::sync::watch::Receiver<Indexing> {
+        self.indexing.subscribe()
+    }
+
+    /// Where hybrid ranking stands for catalog `version`: an index of an older catalog means
+    /// the new one is still being embedded.
+    pub fn indexing_of(&self, version: u64) -> Indexing {
+        match *self.indexing.borrow() {
+            Indexing::Ready { version: indexed } if indexed != version => Indexing::Loading,
+            state => state,
+        }
+    }
+
+    /// Turns on hybrid ranking with `semantic` (once; later calls are ignored).
+    pub fn set_semantic(&self, semantic: Arc<Semantic>) {
+        let _ = self.semantic.set(semantic);
+    }
+
+    /// The best non-core tools for `task` above `floor`, best first: hybrid when the view's
+    /// tools are embedded and the task can be, otherwise BM25 — never an error.
+    pub async fn rank(&self, view: &View, task: &str, k: usize, floor: f32) -> Vec<(usize, f32)> {
+        let dense = self.semantic.get().and_then(|s| Some((s, s.vectors(view.version)?)));
+        let Some((semantic, dense)) = dense else {
+            self.metrics.ranked(Ranked::Bm25);
+            return view.rank(task, k, floor);
+        };
+        match semantic.query(task).await {
+            Ok(query) => {
+                self.metrics.ranked(Ranked::Hybrid);
+                view.rank_hybrid(task, &query, &dense, k, floor)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, model = semantic.model(), "task embedding failed; ranking with BM25 alone");
+                self.metrics.ranked(Ranked::Fallback);
+                view.rank(task, k, floor)
+            }
+        }
     }
 
     /// The exposed name of one of Gatehouse's own tools (always prefixed: `gateway` is reserved).
@@ -183,6 +259,7 @@ impl Gate {
         let mut entries = Vec::with_capacity(definitions.len());
         let mut core = Vec::new();
         let mut documents = Vec::new();
+        let mut passages = Vec::new();
         let mut ranked = Vec::new();
         for (i, (name, definition, in_core, namespace)) in definitions.iter().enumerate() {
             let json = Bytes::from(canonical(definition));
@@ -193,6 +270,7 @@ impl Gate {
             }
             if let Some(ns) = namespace {
                 documents.push(ranking::tool_document(definition, ns));
+                passages.push(ranking::tool_passage(definition, ns));
                 ranked.push(i);
             }
         }
@@ -216,6 +294,7 @@ impl Gate {
             all_tokens,
             ranker: Lexical::new(&documents),
             ranked,
+            passages,
         }
     }
 }
@@ -229,11 +308,24 @@ impl View {
         self.core.binary_search(&index).is_ok()
     }
 
-    /// The best non-core tools for `task` above `floor`, best first.
+    /// The best non-core tools for `task` above `floor` by BM25, best first.
     pub fn rank(&self, task: &str, k: usize, floor: f32) -> Vec<(usize, f32)> {
-        self.ranker
-            .search(task, k + self.core.len())
-            .into_iter()
+        self.non_core(self.ranker.search(task, k + self.core.len()), k, floor)
+    }
+
+    /// [`View::rank`] fusing BM25 with cosine similarity to `query` (the task's embedding) over
+    /// `dense` (this view's tool vectors). The floor applies to the fused relevance.
+    pub fn rank_hybrid(&self, task: &str, query: &[f32], dense: &Dense, k: usize, floor: f32) -> Vec<(usize, f32)> {
+        // Fusion needs more than k candidates from each side: a tool second on both lists
+        // can beat one first on only one of them.
+        let depth = (k + self.core.len()).max(HYBRID_DEPTH);
+        let fused =
+            ranking::fuse(&self.ranker.search(task, depth), &dense.search(query, depth), ranking::DENSE_WEIGHT, depth);
+        self.non_core(fused, k, floor)
+    }
+
+    fn non_core(&self, hits: Vec<ranking::Hit>, k: usize, floor: f32) -> Vec<(usize, f32)> {
+        hits.into_iter()
             .filter(|hit| hit.relevance >= floor)
             .map(|hit| (self.ranked[hit.index], hit.relevance))
             .filter(|(i, _)| !self.is_core(*i))
@@ -276,6 +368,73 @@ impl View {
         }
     }
 }
+
+/// Candidates taken from each ranker before fusion (as in the retrieval benchmark).
+const HYBRID_DEPTH: usize = 100;
+
+/// Keeps the tool vectors of the current catalog embedded, off the request path: loads the
+/// embedder, then embeds what each new catalog snapshot added (the cache holds the rest). A
+/// failure is logged and retried with backoff (sooner if the catalog changes); meanwhile
+/// ranking is BM25.
+pub async fn keep_indexed(
+    gate: Arc<Gate>,
+    catalog: Arc<Catalog>,
+    load: impl FnOnce() -> Result<Semantic, String> + Send + 'static,
+) {
+    gate.mark_loading();
+    let semantic = match tokio::task::spawn_blocking(load).await {
+        Ok(Ok(semantic)) => Arc::new(semantic),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "embedder unavailable: ranking with BM25 alone");
+            gate.indexing.send_replace(Indexing::Off);
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "embedder failed to load: ranking with BM25 alone");
+            gate.indexing.send_replace(Indexing::Off);
+            return;
+        }
+    };
+    tracing::info!(model = semantic.model(), "embedder loaded; hybrid ranking once the catalog is indexed");
+    gate.set_semantic(semantic.clone());
+    let mut changes = catalog.subscribe();
+    let mut backoff = INDEX_RETRY_FIRST;
+    loop {
+        let snapshot = changes.borrow_and_update().clone();
+        let view = gate.view(&snapshot);
+        let started = Instant::now();
+        match semantic.index(view.version, &view.passages).await {
+            Ok(fresh) => {
+                backoff = INDEX_RETRY_FIRST;
+                gate.metrics.embedded(fresh);
+                gate.indexing.send_replace(Indexing::Ready { version: view.version });
+                if fresh > 0 {
+                    tracing::info!(
+                        tools = view.passages.len(),
+                        embedded = fresh,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "tool embeddings indexed"
+                    );
+                }
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "embedding the catalog failed; ranking with BM25 meanwhile");
+                gate.indexing.send_replace(Indexing::Failing);
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(INDEX_RETRY_MAX);
+            }
+        }
+    }
+}
+
+const INDEX_RETRY_FIRST: Duration = Duration::from_secs(1);
+const INDEX_RETRY_MAX: Duration = Duration::from_secs(600);
 
 /// RFC 8785 canonical JSON: the same definition always serialises to the same bytes.
 fn canonical(value: &Value) -> Vec<u8> {

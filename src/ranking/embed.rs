@@ -115,9 +115,17 @@ mod local {
 
     impl Inner {
         fn embed_all(&self, texts: &[String]) -> Result<Vec<Vector>, EmbedError> {
-            let mut out = Vec::with_capacity(texts.len());
-            for batch in texts.chunks(BATCH) {
-                out.extend(self.embed_batch(batch).map_err(|e| EmbedError::Inference(e.to_string()))?);
+            // A batch is padded to its longest text: batching texts of similar length wastes
+            // far less compute than batching them in the order given.
+            let mut order: Vec<usize> = (0..texts.len()).collect();
+            order.sort_by_key(|&i| texts[i].len());
+            let mut out = vec![Vector::new(); texts.len()];
+            for batch in order.chunks(BATCH) {
+                let batch_texts: Vec<String> = batch.iter().map(|&i| texts[i].clone()).collect();
+                let vectors = self.embed_batch(&batch_texts).map_err(|e| EmbedError::Inference(e.to_string()))?;
+                for (&i, vector) in batch.iter().zip(vectors) {
+                    out[i] = vector;
+                }
             }
             Ok(out)
         }

@@ -1,11 +1,13 @@
-//! Ranking: which tools fit a task. Lexical (BM25 over weighted tool fields) today; dense and
-//! hybrid rankers plug in beside it.
+//! Ranking: which tools fit a task. Lexical (BM25 over weighted tool fields, the default),
+//! dense (cosine over sentence embeddings) and hybrid (a weighted fusion of the two).
 //!
-//! Owns no I/O and knows nothing of the catalog or the wire: it ranks documents it is given.
+//! Knows nothing of the catalog or the wire: it ranks documents it is given. Only
+//! [`semantic`] (embedding through an [`embed::Embedder`]) and [`cache`] do I/O.
 
 pub mod bm25;
 pub mod cache;
 pub mod embed;
+pub mod semantic;
 pub mod text;
 
 use serde_json::Value;

@@ -54,6 +54,32 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RankingLabels {
+    ranker: &'static str,
+}
+
+/// How a task was ranked: both rankers, BM25 alone (no embedder, or tools not indexed yet), or
+/// BM25 because the query could not be embedded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ranked {
+    Hybrid,
+    Bm25,
+    Fallback,
+}
+
+impl Ranked {
+    const ALL: [Ranked; 3] = [Ranked::Hybrid, Ranked::Bm25, Ranked::Fallback];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ranked::Hybrid => "hybrid",
+            Ranked::Bm25 => "bm25",
+            Ranked::Fallback => "bm25_fallback",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     namespace: String,
     state: &'static str,
@@ -69,6 +95,8 @@ pub struct Metrics {
     tools_dropped: Counter,
     last_exposed: Gauge,
     last_dropped: Gauge,
+    rankings: Family<RankingLabels, Counter>,
+    tools_embedded: Counter,
     /// The current core hash and its size, for /metrics.json (strings are not Prometheus values).
     core: Mutex<(String, usize)>,
 }
@@ -109,7 +137,13 @@ impl Metrics {
             counter(&mut registry, "tools_dropped", "Tool definitions withheld from gated tools/list answers");
         let last_exposed = gauge(&mut registry, "tools_exposed_last", "Tools exposed by the latest gated tools/list");
         let last_dropped = gauge(&mut registry, "tools_dropped_last", "Tools withheld by the latest gated tools/list");
+        let rankings = Family::<RankingLabels, Counter>::default();
+        registry.register("rankings", "Task rankings by ranker (hybrid, bm25, bm25_fallback)", rankings.clone());
+        let tools_embedded =
+            counter(&mut registry, "tools_embedded", "Tool passages embedded for dense ranking (cache misses)");
         Self {
+            rankings,
+            tools_embedded,
             registry: Mutex::new(registry),
             requests,
             upstream_state,
@@ -152,6 +186,14 @@ impl Metrics {
         self.tokens_saved.inc_by(tokens_withheld);
     }
 
+    pub fn ranked(&self, how: Ranked) {
+        self.rankings.get_or_create(&RankingLabels { ranker: how.as_str() }).inc();
+    }
+
+    pub fn embedded(&self, tools: usize) {
+        self.tools_embedded.inc_by(tools as u64);
+    }
+
     /// `/metrics.json`: the headline numbers plus what Prometheus cannot carry (hash strings).
     pub fn json(&self) -> serde_json::Value {
         let (core_hash, core_tools) = self.core.lock().expect("metrics lock poisoned").clone();
@@ -164,6 +206,14 @@ impl Metrics {
             "tools_dropped_total": self.tools_dropped.get(),
             "tools_exposed_last": self.last_exposed.get(),
             "tools_dropped_last": self.last_dropped.get(),
+            "tools_embedded_total": self.tools_embedded.get(),
+            "rankings_total": Ranked::ALL
+                .iter()
+                .map(|r| {
+                    let n = self.rankings.get_or_create(&RankingLabels { ranker: r.as_str() }).get();
+                    (r.as_str().to_string(), serde_json::Value::from(n))
+                })
+                .collect::<serde_json::Map<_, _>>(),
         })
     }
 

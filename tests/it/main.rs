@@ -9,6 +9,7 @@ mod front_modern;
 mod gating;
 mod health;
 mod interop;
+mod ranking;
 mod relays;
 mod routing;
 mod security;
