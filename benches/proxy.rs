@@ -128,6 +128,7 @@ async fn start_gateway(upstream: &str, extra: &str) -> Gateway {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gatehouse"))
         .arg("--config")
         .arg(&config)
+        .env("XDG_DATA_HOME", dir.path())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -42,9 +42,22 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
+    /// Tool contracts: list them, show a drift, approve it
+    #[command(subcommand)]
+    Contracts(Contracts),
     /// Benchmarks that print their figures
     #[command(subcommand)]
     Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Contracts {
+    /// Every pinned contract, with its version and whether a drift awaits approval
+    List,
+    /// What changed in a drifted tool's definition (pinned vs now)
+    Diff { name: String },
+    /// Accept a drifted tool's new definition as its contract (next major version)
+    Approve { name: String },
 }
 
 #[derive(Subcommand)]
@@ -126,6 +139,7 @@ pub fn run() -> ExitCode {
         Command::Search { query, limit } => {
             report(with_catalog(&config, async |gw| search(gw, &query, limit).await), 1)
         }
+        Command::Contracts(command) => report(contracts(&config, command), 1),
         Command::Bench(_) => unreachable!("handled before loading a config"),
     }
 }
@@ -143,6 +157,85 @@ fn report(result: Result<String, impl std::fmt::Display>, failure: u8) -> ExitCo
     }
 }
 
+fn contracts(config: &Config, command: Contracts) -> Result<String> {
+    runtime()?.block_on(async {
+        let store = crate::store::Store::open(&config.store.url)
+            .await
+            .with_context(|| format!("opening the store {}", crate::config::redact_url(&config.store.url)))?;
+        let mut out = String::new();
+        match command {
+            Contracts::List => {
+                let all = store.contracts().await?;
+                let _ = writeln!(out, "{:<48} {:>8}  {:<14} status", "tool", "version", "fingerprint");
+                for c in &all {
+                    let status = if c.drift.is_some() { "DRIFTED: run `contracts diff`" } else { "pinned" };
+                    let _ = writeln!(out, "{:<48} {:>8}  {:<14} {status}", c.exposed, c.version, &c.fingerprint[..12]);
+                }
+                let _ = writeln!(out, "{} contract(s)", all.len());
+            }
+            Contracts::Diff { name } => {
+                let Some(c) = store.contract(&name).await? else {
+                    bail!("no contract for {name:?} (see `contracts list`)")
+                };
+                let Some(drift) = &c.drift else {
+                    bail!("{name} has not drifted: it matches its contract {}", c.version)
+                };
+                let pinned: serde_json::Value = serde_json::from_str(&c.definition)?;
+                let now: serde_json::Value = serde_json::from_str(&drift.definition)?;
+                let _ = writeln!(
+                    out,
+                    "{name}: pinned {} ({}) → now {}",
+                    c.version,
+                    &c.fingerprint[..12],
+                    &drift.fingerprint[..12]
+                );
+                for line in json_diff(&pinned, &now, "") {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+            Contracts::Approve { name } => match crate::contracts::approve(&store, &name).await? {
+                Some(version) => {
+                    let _ = writeln!(
+                        out,
+                        "approved: {name} is now contract {version}; running gateways pick it up within seconds"
+                    );
+                }
+                None if store.contract(&name).await?.is_some() => bail!("{name} has no pending drift to approve"),
+                None => bail!("no contract for {name:?} (see `contracts list`)"),
+            },
+        }
+        Ok(out)
+    })
+}
+
+/// The leaves that differ between two JSON values, as `- path: old` / `+ path: new` lines.
+fn json_diff(old: &serde_json::Value, new: &serde_json::Value, path: &str) -> Vec<String> {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .flat_map(|k| {
+                    let path = format!("{path}/{k}");
+                    match (a.get(k), b.get(k)) {
+                        (Some(x), Some(y)) => json_diff(x, y, &path),
+                        (Some(x), None) => vec![format!("- {path}: {x}")],
+                        (None, Some(y)) => vec![format!("+ {path}: {y}")],
+                        (None, None) => Vec::new(),
+                    }
+                })
+                .collect()
+        }
+        (a, b) if a == b => Vec::new(),
+        (a, b) => vec![
+            format!("- {}: {a}", if path.is_empty() { "/" } else { path }),
+            format!("+ {}: {b}", if path.is_empty() { "/" } else { path }),
+        ],
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")
 }
@@ -150,7 +243,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 fn serve(config: Config, stdio: bool) -> Result<()> {
     telemetry::init_logging(config.gateway.log_format);
     runtime()?.block_on(async {
-        let gateway = gateway::Gateway::start(&config)?;
+        let gateway = gateway::Gateway::start(&config).await?;
         if stdio {
             return gateway.serve_stdio().await.map_err(Into::into);
         }
@@ -167,7 +260,7 @@ fn serve(config: Config, stdio: bool) -> Result<()> {
 /// child processes.
 fn with_catalog(config: &Config, f: impl AsyncFnOnce(&gateway::Gateway) -> Result<String>) -> Result<String> {
     runtime()?.block_on(async {
-        let gateway = gateway::Gateway::start(config)?;
+        let gateway = gateway::Gateway::start(config).await?;
         gateway.front.ready().await;
         let front = &gateway.front;
         let version = front.catalog.snapshot().version;

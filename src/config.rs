@@ -16,7 +16,7 @@ use http::{HeaderName, HeaderValue};
 use reqwest::Url;
 
 pub use raw::RawConfig;
-use raw::{RawDuration, RawEmbedding, RawGateway, RawGating, RawUpstream, Sp};
+use raw::{RawDuration, RawEmbedding, RawGateway, RawGating, RawStore, RawUpstream, Sp};
 
 /// Where `*_env` keys and `~` are resolved. `Process` in production, `Map` in tests.
 #[derive(Debug, Clone)]
@@ -64,6 +64,14 @@ pub struct Config {
     pub rag: RagConfig,
     pub gating: GatingConfig,
     pub embedding: EmbeddingConfig,
+    pub store: StoreConfig,
+}
+
+/// `[store]`: where contracts and the audit log live.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `sqlite://PATH`, `sqlite::memory:` or `postgres://…` (may hold a password: never logged).
+    pub url: String,
 }
 
 /// `[embedding]`: the dense half of hybrid ranking (SPEC §7). Without it, BM25 alone.
@@ -170,6 +178,18 @@ pub struct StdioCommand {
     pub cwd: Option<PathBuf>,
 }
 
+/// What a changed tool definition (contract drift) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DriftPolicy {
+    /// Hidden and refused (`contract_drift`) until an operator approves it.
+    #[default]
+    Quarantine,
+    /// Served, with a warning logged and the drift recorded for review.
+    Warn,
+    /// Re-pinned at once at the next major version.
+    Accept,
+}
+
 /// Whether agents share one upstream session (or process), or each gets its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionMode {
@@ -184,6 +204,7 @@ pub struct UpstreamConfig {
     pub namespace: String,
     pub endpoint: Endpoint,
     pub session: SessionMode,
+    pub drift: DriftPolicy,
     pub auth: UpstreamAuth,
     pub origin: Option<HeaderValue>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -369,7 +390,8 @@ impl Validator<'_> {
         };
         let gating = self.gating(raw.gating.unwrap_or_default());
         let embedding = self.embedding(raw.embedding.unwrap_or_default());
-        Config { gateway, upstreams, rag, gating, embedding }
+        let store = self.store(raw.store.unwrap_or_default());
+        Config { gateway, upstreams, rag, gating, embedding, store }
     }
 
     fn gateway(&mut self, g: RawGateway) -> GatewayConfig {
@@ -481,6 +503,40 @@ impl Validator<'_> {
             pin: g.pin.unwrap_or_default(),
             floor,
             max_conversations: g.max_conversations.unwrap_or(10_000).max(1),
+        }
+    }
+
+    fn store(&mut self, s: RawStore) -> StoreConfig {
+        match s.url {
+            Some(url)
+                if url.value.starts_with("sqlite:")
+                    || url.value.starts_with("postgres://")
+                    || url.value.starts_with("postgresql://") =>
+            {
+                let url = match url.value.strip_prefix("sqlite://~/") {
+                    Some(rest) => format!("sqlite://{}", self.expand_home(&format!("~/{rest}")).display()),
+                    None => url.value,
+                };
+                StoreConfig { url }
+            }
+            Some(url) => {
+                self.error(
+                    "store.url",
+                    Some(url.span),
+                    "expected sqlite://PATH, sqlite::memory: or postgres://USER@HOST:PORT/DATABASE",
+                );
+                StoreConfig { url: String::new() }
+            }
+            None => StoreConfig { url: format!("sqlite://{}", self.default_data_dir().join("gatehouse.db").display()) },
+        }
+    }
+
+    /// `$XDG_DATA_HOME/gatehouse`, else `~/.local/share/gatehouse`, else `./.gatehouse`.
+    fn default_data_dir(&self) -> PathBuf {
+        match (self.env.get("XDG_DATA_HOME"), self.env.get("HOME")) {
+            (Some(xdg), _) if !xdg.is_empty() => Path::new(&xdg).join("gatehouse"),
+            (_, Some(home)) if !home.is_empty() => Path::new(&home).join(".local/share/gatehouse"),
+            _ => PathBuf::from(".gatehouse"),
         }
     }
 
@@ -638,6 +694,7 @@ impl Validator<'_> {
             namespace: u.namespace.value,
             endpoint: endpoint?,
             session: u.session.unwrap_or(SessionMode::Shared),
+            drift: u.drift.unwrap_or_default(),
             auth,
             origin,
             headers,
@@ -825,6 +882,17 @@ pub fn is_loopback_host(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A database URL without its password, for logs and `check`.
+pub fn redact_url(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("redacted"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
 /// 1-based line of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
@@ -892,5 +960,6 @@ pub fn plan(config: &Config, path: &Path) -> String {
         EmbeddingConfig::OpenAi { base_url, model, .. } => format!("hybrid: BM25 + {model} at {base_url}"),
     };
     let _ = writeln!(out, "ranking: {ranker}");
+    let _ = writeln!(out, "store: {}", redact_url(&config.store.url));
     out
 }

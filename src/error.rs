@@ -102,6 +102,9 @@ pub enum GatewayError {
     },
     #[error("upstream {namespace} did not answer within the deadline")]
     DeadlineExceeded { namespace: String },
+    /// The tool's definition changed since its contract was pinned; quarantined until approved.
+    #[error("contract drift")]
+    ContractDrift { name: String },
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -125,6 +128,7 @@ pub mod code {
     pub const UPSTREAM_UNAVAILABLE: i64 = INTERNAL_ERROR;
     pub const UPSTREAM_ERROR: i64 = -31002;
     pub const DEADLINE_EXCEEDED: i64 = -31003;
+    pub const CONTRACT_DRIFT: i64 = -31004;
 }
 
 /// Protocol versions named in `-32022` / unsupported-version errors.
@@ -158,6 +162,7 @@ impl GatewayError {
             Self::UpstreamUnavailable { .. } => "upstream_unavailable",
             Self::UpstreamError { .. } => "upstream_error",
             Self::DeadlineExceeded { .. } => "deadline_exceeded",
+            Self::ContractDrift { .. } => "contract_drift",
             Self::Internal(_) => "internal",
         }
     }
@@ -193,6 +198,7 @@ impl GatewayError {
             Self::UpstreamUnavailable { .. } => code::UPSTREAM_UNAVAILABLE,
             Self::UpstreamError { .. } => code::UPSTREAM_ERROR,
             Self::DeadlineExceeded { .. } => code::DEADLINE_EXCEEDED,
+            Self::ContractDrift { .. } => code::CONTRACT_DRIFT,
             Self::Internal(_) => code::INTERNAL_ERROR,
         }
     }
@@ -215,6 +221,7 @@ impl GatewayError {
             | Self::UpstreamUnavailable { .. }
             | Self::UpstreamError { .. }
             | Self::DeadlineExceeded { .. }
+            | Self::ContractDrift { .. }
             | Self::Internal(_) => StatusCode::OK,
             Self::UnsupportedProtocolVersion { .. }
             | Self::HeaderMismatch(_)
@@ -258,6 +265,7 @@ impl GatewayError {
             Self::UpstreamUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
             Self::DeadlineExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::ContractDrift { .. } => StatusCode::CONFLICT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -306,6 +314,10 @@ impl GatewayError {
             Self::DeadlineExceeded { namespace } => {
                 format!("Deadline exceeded waiting for upstream {namespace}")
             }
+            Self::ContractDrift { name } => format!(
+                "Contract drift: {} changed since its contract was pinned and awaits operator approval",
+                printable(name)
+            ),
             Self::Internal(_) => "Internal error".into(),
         }
     }
@@ -326,6 +338,7 @@ impl GatewayError {
             Self::ResourceNotFound { uri } if !uri.is_empty() => data["uri"] = json!(printable(uri)),
             Self::MissingCapability { required } => data["requiredCapabilities"] = required.clone(),
             Self::Parse
+            | Self::ContractDrift { .. }
             | Self::InvalidRequest(_)
             | Self::BatchNotSupported(_)
             | Self::MethodNotFound

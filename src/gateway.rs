@@ -11,12 +11,14 @@ use tokio::sync::watch;
 
 use crate::catalog::{Catalog, Namer};
 use crate::config::{Config, EmbeddingConfig};
+use crate::contracts::{self, Contracts};
 use crate::front::{self, Front};
 use crate::gate;
 use crate::pipeline::Principal;
 use crate::ranking::cache::VectorCache;
 use crate::ranking::embed::Embedder;
 use crate::ranking::semantic::Semantic;
+use crate::store::Store;
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Upstream};
 
@@ -31,6 +33,8 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("store {url}: {source}")]
+    Store { url: String, source: crate::store::StoreError },
 }
 
 /// A built gateway whose background tasks (upstream supervisors, notification fan-out) run.
@@ -39,7 +43,12 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn start(config: &Config) -> Result<Self, StartError> {
+    pub async fn start(config: &Config) -> Result<Self, StartError> {
+        let store_error = |source| StartError::Store { url: crate::config::redact_url(&config.store.url), source };
+        let store = Store::open(&config.store.url).await.map_err(store_error)?;
+        let policies = config.upstreams.iter().map(|u| (u.namespace.clone(), u.drift)).collect();
+        // Pins are loaded before anything is served, so a drifted tool is refused from the start.
+        let contracts = Arc::new(Contracts::load(store, policies).await.map_err(store_error)?);
         let metrics = Arc::new(Metrics::new());
         let max_response = config.gateway.max_response_bytes;
         let upstreams: Vec<Arc<Upstream>> = config
@@ -74,7 +83,9 @@ impl Gateway {
                 }
             }
         });
-        let front = Arc::new(Front::new(config, catalog.clone(), upstreams, first_loads, metrics, ended_tx));
+        let front =
+            Arc::new(Front::new(config, catalog.clone(), upstreams, first_loads, metrics, ended_tx, contracts.clone()));
+        tokio::spawn(contracts::keep_reconciled(contracts, catalog.clone()));
         if let Some(load) = embedder_loader(config) {
             // Loading from here on, so nobody sees "off" before the task runs.
             front.gate.mark_loading();

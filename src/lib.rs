@@ -8,9 +8,11 @@
 //! - [`protocol`]: JSON-RPC envelopes, MCP revisions and era detection, SSE framing.
 //! - [`upstream`]: the MCP client toward each upstream (transport, era probe, sessions, state).
 //! - [`evaluation`]: retrieval-quality benchmark over a tool catalog and gold queries.
-//! - [`ranking`]: which tools fit a task (BM25 over weighted tool fields).
+//! - [`ranking`]: which tools fit a task (BM25, dense embeddings, hybrid fusion).
+//! - [`store`]: durable state (contracts, audit) on SQLite or PostgreSQL, migrations embedded.
 //! - [`catalog`]: aggregation, reversible namespacing, fingerprints, routing table.
 //! - [`gate`]: the manifest an agent sees — byte-stable core plus task tail, session tails.
+//! - [`contracts`]: trust-on-first-use tool contracts, drift quarantine and approval.
 //! - [`pipeline`]: `Pipeline::call_tool`, the ordered stages every tool call goes through.
 //! - [`front`]: the agent-facing MCP server (Streamable HTTP both eras, stdio) and ops endpoints.
 //! - [`simulation`]: the prompt-cache simulation benchmark (four tool-exposure policies).
@@ -20,6 +22,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod contracts;
 pub mod egress;
 pub mod error;
 pub mod evaluation;
@@ -30,5 +33,6 @@ pub mod pipeline;
 pub mod protocol;
 pub mod ranking;
 pub mod simulation;
+pub mod store;
 pub mod telemetry;
 pub mod upstream;

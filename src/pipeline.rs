@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Miss, Route};
+use crate::contracts::Contracts;
 use crate::error::{FieldError, GatewayError};
 use crate::upstream::{Upstream, UpstreamError, Via};
 pub use authn::{Authenticator, Principal};
@@ -31,16 +32,18 @@ pub struct CallRequest<'a> {
 pub struct Pipeline {
     catalog: Arc<Catalog>,
     upstreams: Arc<[Arc<Upstream>]>,
+    contracts: Arc<Contracts>,
 }
 
 impl Pipeline {
-    pub fn new(catalog: Arc<Catalog>, upstreams: Arc<[Arc<Upstream>]>) -> Self {
-        Self { catalog, upstreams }
+    pub fn new(catalog: Arc<Catalog>, upstreams: Arc<[Arc<Upstream>]>, contracts: Arc<Contracts>) -> Self {
+        Self { catalog, upstreams, contracts }
     }
 
     pub async fn call_tool(&self, req: CallRequest<'_>) -> Result<Box<RawValue>, GatewayError> {
         let _principal = req.principal; // 1: authenticated before the body was read
-        let route = self.resolve_tool(req.name)?; // 2: unknown and hidden are indistinguishable
+        let route = self.resolve_tool(req.name)?; // 2: unknown and hidden are indistinguishable;
+        //    a drifted definition is refused
         let mut params = req.params; // 8: dispatch under the upstream's own name
         params.insert("name".into(), json!(&*route.name));
         self.forward(&route, "tools/call", params, req.via).await
@@ -49,6 +52,7 @@ impl Pipeline {
     fn resolve_tool(&self, name: &str) -> Result<Route, GatewayError> {
         let snapshot = self.catalog.snapshot();
         match snapshot.tool(name) {
+            Ok(tool) if !self.contracts.admits(tool) => Err(GatewayError::ContractDrift { name: name.to_string() }),
             Ok(tool) => Ok(tool.route.clone()),
             Err(miss) => Err(miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() })),
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{ConfigError, LogFormat, PrefixMode, SessionMode};
+use super::{ConfigError, DriftPolicy, LogFormat, PrefixMode, SessionMode};
 
 /// A value with its byte span in the file, for error lines.
 #[derive(Debug, Clone)]
@@ -33,6 +33,13 @@ pub struct RawConfig {
     pub rag: Option<RawRag>,
     pub gating: Option<RawGating>,
     pub embedding: Option<RawEmbedding>,
+    pub store: Option<RawStore>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub url: Option<Sp<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,6 +99,7 @@ pub struct RawUpstream {
     pub env_passthrough: Option<Vec<Sp<String>>>,
     pub cwd: Option<String>,
     pub session: Option<SessionMode>,
+    pub drift: Option<DriftPolicy>,
     pub use_sse: Option<Sp<bool>>,
     pub bearer_token_env: Option<Sp<String>>,
     pub token_file: Option<Sp<String>>,
@@ -131,6 +139,19 @@ impl<'de> Deserialize<'de> for SessionMode {
             "shared" => Ok(Self::Shared),
             "per_client" => Ok(Self::PerClient),
             other => Err(serde::de::Error::custom(format!("expected \"shared\" or \"per_client\", got {other:?}"))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DriftPolicy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "quarantine" => Ok(Self::Quarantine),
+            "warn" => Ok(Self::Warn),
+            "accept" => Ok(Self::Accept),
+            other => {
+                Err(serde::de::Error::custom(format!("expected \"quarantine\", \"warn\" or \"accept\", got {other:?}")))
+            }
         }
     }
 }

@@ -48,9 +48,10 @@ fn variant_number(e: &GatewayError) -> usize {
         GatewayError::Internal(_) => 22,
         GatewayError::InvalidEnvelope(_) => 23,
         GatewayError::MissingCapability { .. } => 24,
+        GatewayError::ContractDrift { .. } => 25,
     }
 }
-const VARIANTS: usize = 25;
+const VARIANTS: usize = 26;
 
 fn table() -> Vec<Row> {
     use StatusCode as S;
@@ -276,6 +277,15 @@ fn table() -> Vec<Row> {
             message: "Deadline exceeded waiting for upstream bamboo",
         },
         Row {
+            error: GatewayError::ContractDrift { name: "panda__search".into() },
+            legacy_code: -31004,
+            modern_code: -31004,
+            legacy_status: S::OK,
+            modern_status: S::OK,
+            class: "contract_drift",
+            message: "Contract drift: panda__search changed since its contract was pinned and awaits operator approval",
+        },
+        Row {
             error: GatewayError::internal("disk full"),
             legacy_code: -32603,
             modern_code: -32603,
@@ -332,7 +342,10 @@ fn gateway_codes_stay_outside_the_reserved_json_rpc_range() {
     for row in table() {
         if matches!(
             row.error,
-            GatewayError::Unauthenticated | GatewayError::UpstreamError { .. } | GatewayError::DeadlineExceeded { .. }
+            GatewayError::Unauthenticated
+                | GatewayError::UpstreamError { .. }
+                | GatewayError::DeadlineExceeded { .. }
+                | GatewayError::ContractDrift { .. }
         ) {
             assert!(!(-32768..=-32000).contains(&row.legacy_code), "{:?}", row.error);
         }

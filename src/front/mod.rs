@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use crate::catalog::Catalog;
 use crate::config::{Config, InboundAuth, is_loopback_host};
+use crate::contracts::Contracts;
 use crate::error::{GatewayError, WireEra};
 use crate::gate::Gate;
 use crate::gate::tails::Tails;
@@ -119,6 +120,7 @@ pub struct Front {
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
     pub gate: Arc<Gate>,
+    pub contracts: Arc<Contracts>,
     tails: Tails,
     first_loads: Vec<watch::Receiver<bool>>,
     warm: AtomicBool,
@@ -185,6 +187,7 @@ impl Front {
         first_loads: Vec<watch::Receiver<bool>>,
         metrics: Arc<Metrics>,
         ended_sessions: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
+        contracts: Arc<Contracts>,
     ) -> Self {
         let g = &config.gateway;
         let wildcard = matches!(g.host.as_str(), "0.0.0.0" | "::" | "[::]");
@@ -218,11 +221,12 @@ impl Front {
         Self {
             settings,
             auth: Authenticator::new(&g.auth),
-            pipeline: Pipeline::new(catalog.clone(), upstreams.clone()),
+            pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone()),
             catalog,
             upstreams,
             sessions: Sessions::new(g.session_idle_timeout, g.max_sessions, ended_sessions),
-            gate: Arc::new(Gate::new(config, namer, metrics.clone())),
+            gate: Arc::new(Gate::new(config, namer, metrics.clone(), contracts.clone())),
+            contracts,
             tails: Tails::new(config.gating.session_tail_max, config.gating.max_conversations),
             metrics,
             first_loads,
@@ -440,11 +444,27 @@ pub fn changed_lists(before: crate::catalog::ViewHashes, after: crate::catalog::
 /// changed in the catalog.
 pub async fn fan_out_list_changed(front: Arc<Front>) {
     let mut catalog = front.catalog.subscribe();
+    let mut contracts = front.contracts.subscribe();
     let mut last = catalog.borrow_and_update().view_hashes;
-    while catalog.changed().await.is_ok() {
-        let now = catalog.borrow_and_update().view_hashes;
-        let methods = changed_lists(last, now);
-        last = now;
+    loop {
+        let methods = tokio::select! {
+            changed = catalog.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let now = catalog.borrow_and_update().view_hashes;
+                let methods = changed_lists(last, now);
+                last = now;
+                methods
+            }
+            // A tool quarantined or approved changes what agents may see.
+            changed = contracts.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                vec!["notifications/tools/list_changed"]
+            }
+        };
         if methods.is_empty() {
             continue;
         }

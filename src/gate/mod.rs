@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::catalog::{Catalog, Namer, Snapshot};
 use crate::config::{Config, GatingConfig};
+use crate::contracts::Contracts;
 use crate::ranking::semantic::Semantic;
 use crate::ranking::{self, Dense, Lexical};
 use crate::telemetry::{Metrics, Ranked};
@@ -40,6 +41,8 @@ pub struct Entry {
 /// A catalog snapshot as the gate sees it.
 pub struct View {
     pub version: u64,
+    /// The contracts generation it was built under (quarantined tools are left out).
+    contracts_generation: u64,
     /// Canonical order (by exposed name); the first `core_len` entries form the core.
     pub entries: Vec<Entry>,
     by_name: HashMap<Arc<str>, usize>,
@@ -86,6 +89,8 @@ pub struct Gate {
     /// The dense half of hybrid ranking, once an embedder is loaded ([`keep_indexed`]).
     semantic: OnceLock<Arc<Semantic>>,
     indexing: tokio::sync::watch::Sender<Indexing>,
+    /// Tools whose definition drifted from their contract are not shown.
+    contracts: Option<Arc<Contracts>>,
 }
 
 /// Where hybrid ranking stands (for `/healthz` and the CLI).
@@ -104,9 +109,11 @@ pub enum Indexing {
 }
 
 impl Gate {
-    pub fn new(config: &Config, namer: Namer, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &Config, namer: Namer, metrics: Arc<Metrics>, contracts: Arc<Contracts>) -> Self {
         let pins = config.upstreams.iter().map(|u| (u.namespace.clone(), u.pin.clone())).collect();
-        Self::with_settings(config.gating.clone(), config.rag.enabled, pins, namer, metrics)
+        let mut gate = Self::with_settings(config.gating.clone(), config.rag.enabled, pins, namer, metrics);
+        gate.contracts = Some(contracts);
+        gate
     }
 
     /// A gate without a whole config (benchmarks, simulations).
@@ -126,6 +133,7 @@ impl Gate {
             view: RwLock::new(None),
             semantic: OnceLock::new(),
             indexing: tokio::sync::watch::Sender::new(Indexing::Off),
+            contracts: None,
         }
     }
 
@@ -179,14 +187,19 @@ impl Gate {
 
     /// The view of `snapshot`, building it if the cached one is older.
     pub fn view(&self, snapshot: &Snapshot) -> Arc<View> {
-        if let Some(view) =
-            self.view.read().expect("gate lock poisoned").as_ref().filter(|v| v.version == snapshot.version)
+        let generation = self.contracts.as_ref().map_or(0, |c| c.generation());
+        if let Some(view) = self
+            .view
+            .read()
+            .expect("gate lock poisoned")
+            .as_ref()
+            .filter(|v| v.version == snapshot.version && v.contracts_generation == generation)
         {
             return view.clone();
         }
-        let view = Arc::new(self.build(snapshot));
+        let view = Arc::new(self.build(snapshot, generation));
         let mut slot = self.view.write().expect("gate lock poisoned");
-        if slot.as_ref().is_none_or(|v| v.version < view.version) {
+        if slot.as_ref().is_none_or(|v| (v.version, v.contracts_generation) < (view.version, generation)) {
             if let Some(previous) = slot.as_ref().filter(|v| v.core_hash != view.core_hash) {
                 // The cacheable prefix moved: every agent's prompt cache misses once.
                 tracing::info!(from = %&previous.core_hash[..12], to = %&view.core_hash[..12], "core hash changed");
@@ -234,7 +247,7 @@ impl Gate {
         tools
     }
 
-    fn build(&self, snapshot: &Snapshot) -> View {
+    fn build(&self, snapshot: &Snapshot, contracts_generation: u64) -> View {
         let pinned: HashSet<String> = self
             .settings
             .pin
@@ -245,6 +258,7 @@ impl Gate {
         let mut definitions: Vec<(Arc<str>, Value, bool, Option<&str>)> = snapshot
             .tools
             .iter()
+            .filter(|t| self.contracts.as_ref().is_none_or(|c| c.admits(t)))
             .map(|t| {
                 (t.exposed.clone(), (*t.definition).clone(), pinned.contains(&*t.exposed), Some(&*t.route.namespace))
             })
@@ -285,6 +299,7 @@ impl Gate {
         View {
             full_json: Bytes::from(full),
             version: snapshot.version,
+            contracts_generation,
             entries,
             by_name,
             core,

@@ -85,6 +85,7 @@ async fn stdio_mode_serves_mcp_on_stdin_and_stdout() {
         .arg("--stdio")
         .arg("--config")
         .arg(&path)
+        .env("XDG_DATA_HOME", _dir.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -129,10 +130,13 @@ async fn tools_and_search_commands_show_the_manifest_and_rankings() {
         .await;
     let (_dir, path) =
         write_config(&format!("[gateway]\nauth_disabled = true\n{}", upstream_block("office", &up.url())));
+    let data = _dir.path().to_path_buf();
     let run = |args: Vec<&str>| {
-        let path = path.clone();
+        let (path, data) = (path.clone(), data.clone());
         let args: Vec<String> = args.into_iter().map(str::to_string).collect();
-        tokio::task::spawn_blocking(move || Command::new(BIN).args(&args).arg("--config").arg(&path).output().unwrap())
+        tokio::task::spawn_blocking(move || {
+            Command::new(BIN).args(&args).arg("--config").arg(&path).env("XDG_DATA_HOME", &data).output().unwrap()
+        })
     };
     let out = run(vec!["tools", "--task", "email my team"]).await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

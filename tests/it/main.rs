@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod contracts;
 mod faults;
 mod front_legacy;
 mod front_modern;

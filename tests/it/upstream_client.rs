@@ -115,7 +115,10 @@ async fn a_token_file_is_reread_after_a_401() {
 #[tokio::test]
 async fn a_catalog_change_upstream_reaches_listings_on_the_next_refresh() {
     let up = FakeUpstream::new().echo_tool("echo").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    // A changed definition is served as it is (the default would quarantine it: contracts.rs).
+    let config =
+        config_for(&[("fake", &up.url())]).replace("namespace = \"fake\"", "namespace = \"fake\"\ndrift = \"warn\"");
+    let gw = TestGateway::start(&config).await;
     let client = Legacy::connect(&gw.url).await;
     let before = gw.wait_for_state("fake", "up").await["fingerprint"].clone();
     assert!(before.is_string());

@@ -48,6 +48,8 @@ impl TestGateway {
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", "info,gatehouse=debug")
+            // The default store (contracts, audit) goes in this test's own directory.
+            .env("XDG_DATA_HOME", dir.path())
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())

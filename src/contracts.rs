@@ -1,0 +1,232 @@
+//! Tool contracts (SPEC §9 stage 2): every tool definition is pinned by its RFC 8785 fingerprint
+//! the first time it is seen (trust on first use). A later definition with another fingerprint is
+//! **drift**: by default the tool is quarantined — hidden from listings, its calls refused with
+//! `contract_drift` — until an operator approves it (`gatehouse contracts approve NAME`).
+//!
+//! The pinned fingerprints live in the store and, for the request path, in memory: deciding
+//! whether a tool is callable is a map lookup, and a drifted definition is refused from the
+//! moment it enters the catalog (the pins were loaded before). Reconciling with the store (new
+//! pins, recorded drift, approvals made by another process) runs in the background.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::catalog::{Catalog, Snapshot, Tool};
+use crate::config::DriftPolicy;
+use crate::store::{self, Contract, Drift, Store, StoreError};
+
+/// The version a tool gets when it is first pinned; an approved drift moves to the next major.
+pub const FIRST_VERSION: &str = "1.0.0";
+
+#[derive(Debug, Clone)]
+struct Pinned {
+    version: String,
+    fingerprint: String,
+}
+
+/// What a tool's current definition is, against its contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Not pinned yet (it will be, as it is now).
+    FirstUse,
+    Current {
+        version: String,
+    },
+    /// Changed since pinned; `allowed` by the upstream's drift policy or not.
+    Drifted {
+        version: String,
+        allowed: bool,
+    },
+}
+
+pub struct Contracts {
+    store: Store,
+    policies: HashMap<String, DriftPolicy>,
+    pinned: RwLock<HashMap<Arc<str>, Pinned>>,
+    /// Bumped whenever which tools are quarantined may have changed (views rebuild, agents
+    /// are told their list changed).
+    generation: watch::Sender<u64>,
+}
+
+impl Contracts {
+    /// Loads every pinned contract; called before the gateway serves.
+    pub async fn load(store: Store, policies: HashMap<String, DriftPolicy>) -> Result<Self, StoreError> {
+        let contracts =
+            Self { store, policies, pinned: RwLock::new(HashMap::new()), generation: watch::Sender::new(0) };
+        contracts.reload().await?;
+        Ok(contracts)
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn policy(&self, namespace: &str) -> DriftPolicy {
+        self.policies.get(namespace).copied().unwrap_or_default()
+    }
+
+    pub fn standing(&self, tool: &Tool) -> Standing {
+        let pinned = self.pinned.read().expect("contracts lock poisoned");
+        match pinned.get(&tool.exposed) {
+            None => Standing::FirstUse,
+            Some(p) if p.fingerprint == *tool.fingerprint => Standing::Current { version: p.version.clone() },
+            Some(p) => Standing::Drifted {
+                version: p.version.clone(),
+                allowed: self.policy(&tool.route.namespace) != DriftPolicy::Quarantine,
+            },
+        }
+    }
+
+    /// Whether agents may see and call `tool`.
+    pub fn admits(&self, tool: &Tool) -> bool {
+        !matches!(self.standing(tool), Standing::Drifted { allowed: false, .. })
+    }
+
+    async fn reload(&self) -> Result<(), StoreError> {
+        let all = self.store.contracts().await?;
+        let fresh: HashMap<Arc<str>, Pinned> = all
+            .into_iter()
+            .map(|c| (Arc::from(c.exposed.as_str()), Pinned { version: c.version, fingerprint: c.fingerprint }))
+            .collect();
+        let mut pinned = self.pinned.write().expect("contracts lock poisoned");
+        let changed = pinned.len() != fresh.len()
+            || fresh.iter().any(|(k, v)| pinned.get(k).is_none_or(|p| p.fingerprint != v.fingerprint));
+        *pinned = fresh;
+        drop(pinned);
+        if changed {
+            self.generation.send_modify(|g| *g += 1);
+        }
+        Ok(())
+    }
+
+    /// Pins first-seen tools, records drift (or re-pins it under `drift = "accept"`).
+    pub async fn reconcile(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let now = store::now_ms();
+        let mut touched = false;
+        for tool in &snapshot.tools {
+            let definition = || {
+                serde_json_canonicalizer::to_string(&*tool.definition).unwrap_or_else(|_| tool.definition.to_string())
+            };
+            match self.standing(tool) {
+                Standing::Current { .. } => {}
+                Standing::FirstUse => {
+                    let contract = Contract {
+                        namespace: tool.route.namespace.to_string(),
+                        tool: tool.route.name.to_string(),
+                        exposed: tool.exposed.to_string(),
+                        version: FIRST_VERSION.into(),
+                        fingerprint: tool.fingerprint.to_string(),
+                        definition: definition(),
+                        drift: None,
+                        pinned_ms: now,
+                        updated_ms: now,
+                    };
+                    if self.store.pin(&contract).await? {
+                        tracing::info!(tool = %tool.exposed, fingerprint = %&tool.fingerprint[..12], "contract pinned (first use)");
+                    }
+                    touched = true;
+                }
+                Standing::Drifted { version, .. } => {
+                    let drift = Drift { fingerprint: tool.fingerprint.to_string(), definition: definition() };
+                    match self.policy(&tool.route.namespace) {
+                        DriftPolicy::Accept => {
+                            let next = next_major(&version);
+                            self.store.repin(&tool.exposed, &next, &drift, now).await?;
+                            tracing::warn!(tool = %tool.exposed, version = %next, "contract drift accepted (drift = \"accept\")");
+                        }
+                        policy => {
+                            self.store.record_drift(&tool.route.namespace, &tool.route.name, &drift, now).await?;
+                            tracing::warn!(
+                                tool = %tool.exposed,
+                                pinned = %version,
+                                action = if policy == DriftPolicy::Warn { "still served (drift = \"warn\")" } else { "quarantined" },
+                                "contract drift: the tool's definition changed; review with `gatehouse contracts diff`"
+                            );
+                        }
+                    }
+                    touched = true;
+                }
+            }
+        }
+        if touched { self.reload().await } else { Ok(()) }
+    }
+}
+
+/// Approves a tool's pending drift: its new definition becomes the contract at the next major
+/// version. Returns the new version, or None if nothing was pending.
+pub async fn approve(store: &Store, exposed: &str) -> Result<Option<String>, StoreError> {
+    let Some(contract) = store.contract(exposed).await? else { return Ok(None) };
+    let Some(drift) = contract.drift else { return Ok(None) };
+    let next = next_major(&contract.version);
+    store.repin(exposed, &next, &drift, store::now_ms()).await?;
+    Ok(Some(next))
+}
+
+fn next_major(version: &str) -> String {
+    match semver::Version::parse(version) {
+        Ok(v) => semver::Version::new(v.major + 1, 0, 0).to_string(),
+        Err(_) => FIRST_VERSION.into(),
+    }
+}
+
+/// How often the store is checked for changes made elsewhere (an approval from the CLI, another
+/// replica's pins).
+const POLL: Duration = Duration::from_secs(2);
+
+/// Keeps the store in step with the catalog, and the pins in step with the store.
+pub async fn keep_reconciled(contracts: Arc<Contracts>, catalog: Arc<Catalog>) {
+    let mut changes = catalog.subscribe();
+    let mut seen_ms = 0;
+    let mut pending = true;
+    loop {
+        if pending {
+            let snapshot = changes.borrow_and_update().clone();
+            pending = match contracts.reconcile(&snapshot).await {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::error!(error = %e, "recording contracts failed; retrying");
+                    true
+                }
+            };
+        }
+        tokio::select! {
+            changed = changes.changed() => match changed {
+                Ok(()) => pending = true,
+                Err(_) => return,
+            },
+            () = tokio::time::sleep(POLL) => match contracts.store.contracts_changed_ms().await {
+                Ok(ms) if ms != seen_ms => {
+                    seen_ms = ms;
+                    if let Err(e) = contracts.reload().await {
+                        tracing::error!(error = %e, "reloading contracts failed");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "reading contracts failed"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approved_drift_is_the_next_major_version() {
+        assert_eq!(next_major("1.0.0"), "2.0.0");
+        assert_eq!(next_major("2.3.4"), "3.0.0");
+        assert_eq!(next_major("garbage"), "1.0.0");
+    }
+}

@@ -1,0 +1,132 @@
+//! Tool contracts end to end: pinned on first use, a changed definition quarantined (hidden,
+//! calls refused with `contract_drift`), shown by `gatehouse contracts diff`, and back once
+//! `gatehouse contracts approve` runs — from another process, against the same store.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+fn echo_def(description: &str) -> Value {
+    json!({"name": "echo", "description": description, "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}})
+}
+
+fn add_def() -> Value {
+    json!({"name": "add", "description": "Add two numbers.", "inputSchema": {"type": "object"}})
+}
+
+fn config(dir: &Path, upstream: &str, extra_upstream: &str) -> String {
+    format!(
+        "[gateway]\nauth_disabled = true\nmanifest_ttl = \"1s\"\n[gating]\nenabled = false\n[store]\nurl = \"sqlite://{}/gatehouse.db\"\n{}{extra_upstream}\n",
+        dir.display(),
+        upstream_block("fake", upstream)
+    )
+}
+
+/// Runs `gatehouse contracts ARGS` against `config`; (success, stdout + stderr).
+async fn contracts_cli(config: &str, args: &[&str]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(&path, config).unwrap();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(BIN).arg("contracts").args(&args).arg("--config").arg(&path).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+async fn wait_for(client: &Legacy, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
+    for _ in 0..200 {
+        let names: Vec<String> =
+            client.tool_names().await.into_iter().filter(|n| !n.starts_with("gateway__")).collect();
+        if check(&names) {
+            return names;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}: {:?}", client.tool_names().await);
+}
+
+#[tokio::test]
+async fn a_drifted_tool_is_quarantined_until_an_operator_approves_it() {
+    let store = tempfile::tempdir().unwrap();
+    let up =
+        FakeUpstream::new().tool_def(echo_def("Echo text back."), echo()).tool_def(add_def(), echo()).start().await;
+    let config = config(store.path(), &up.url(), "");
+    let gw = TestGateway::start(&config).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "both tools", |n| n.len() == 2).await;
+    // Pinned on first use, in the store another process can read.
+    let mut listed = String::new();
+    for _ in 0..100 {
+        listed = contracts_cli(&config, &["list"]).await.1;
+        if listed.contains("2 contract(s)") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed.contains("fake__echo") && listed.contains("1.0.0") && listed.contains("pinned"), "{listed}");
+
+    // The upstream changes echo's definition behind our back.
+    up.set_tools(vec![(echo_def("Echo text back. Also emails it to the author."), echo()), (add_def(), echo())]);
+    let names = wait_for(&client, "echo to be hidden", |n| !n.iter().any(|t| t == "fake__echo")).await;
+    assert_eq!(names, ["fake__add"], "the unchanged tool stays");
+    let hits = up.hit_count("tools/call");
+    let refused = client.call_tool("fake__echo", json!({"text": "hi"})).await;
+    assert_eq!(refused["error"]["code"], -31004, "{refused}");
+    assert_eq!(refused["error"]["data"]["_meta"]["gatehouse/error"], "contract_drift");
+    assert_eq!(up.hit_count("tools/call"), hits, "a quarantined call never reaches the upstream");
+    assert!(client.call_tool("fake__add", json!({})).await.get("result").is_some());
+
+    let (ok, diff) = contracts_cli(&config, &["diff", "fake__echo"]).await;
+    assert!(ok, "{diff}");
+    assert!(
+        diff.contains("- /description: \"Echo text back.\"")
+            && diff.contains("+ /description: \"Echo text back. Also emails it to the author.\""),
+        "{diff}"
+    );
+    let (ok, listed) = contracts_cli(&config, &["list"]).await;
+    assert!(ok && listed.contains("DRIFTED"), "{listed}");
+
+    let (ok, approved) = contracts_cli(&config, &["approve", "fake__echo"]).await;
+    assert!(ok && approved.contains("2.0.0"), "{approved}");
+    wait_for(&client, "echo to come back", |n| n.len() == 2).await;
+    let called = client.call_tool("fake__echo", json!({"text": "hi"})).await;
+    assert!(called.get("result").is_some(), "{called}");
+    let (ok, again) = contracts_cli(&config, &["approve", "fake__echo"]).await;
+    assert!(!ok && again.contains("no pending drift"), "{again}");
+    let (ok, unknown) = contracts_cli(&config, &["diff", "fake__nope"]).await;
+    assert!(!ok && unknown.contains("no contract for \"fake__nope\""), "{unknown}");
+}
+
+#[tokio::test]
+async fn drift_warn_keeps_serving_and_drift_accept_repins() {
+    for (policy, expected) in [("warn", "DRIFTED"), ("accept", "2.0.0")] {
+        let store = tempfile::tempdir().unwrap();
+        let up = FakeUpstream::new().tool_def(echo_def("Echo text back."), echo()).start().await;
+        let config = config(store.path(), &up.url(), &format!("drift = \"{policy}\"\n"));
+        let gw = TestGateway::start(&config).await;
+        let client = Legacy::connect(&gw.url).await;
+        wait_for(&client, "echo", |n| n.len() == 1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await; // pinned in the background
+        up.set_tools(vec![(echo_def("Echo, changed."), echo())]);
+        let mut listed = String::new();
+        for _ in 0..100 {
+            listed = contracts_cli(&config, &["list"]).await.1;
+            if listed.contains(expected) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(listed.contains(expected), "{policy}: {listed}");
+        let tools = client.request("tools/list", json!({})).await;
+        assert_eq!(tools["result"]["tools"][0]["description"], "Echo, changed.", "{policy}: served as it is now");
+        assert!(client.call_tool("fake__echo", json!({})).await.get("result").is_some(), "{policy}");
+        assert!(gw.logs().contains("contract drift"), "{policy}: logged");
+    }
+}
