@@ -45,6 +45,24 @@ enum Command {
     /// Tool contracts: list them, show a drift, approve it
     #[command(subcommand)]
     Contracts(Contracts),
+    /// Read the audit log, newest first
+    Audit {
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        tool: Option<String>,
+        /// `ok` or an error class (`unknown_tool`, `contract_drift`, `upstream_error`, …)
+        #[arg(long)]
+        outcome: Option<String>,
+        /// Only events this recent: `30s`, `15m`, `2h`, `7d`
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// One JSON object per line instead of a table
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmarks that print their figures
     #[command(subcommand)]
     Bench(Bench),
@@ -140,6 +158,10 @@ pub fn run() -> ExitCode {
             report(with_catalog(&config, async |gw| search(gw, &query, limit).await), 1)
         }
         Command::Contracts(command) => report(contracts(&config, command), 1),
+        Command::Audit { principal, tool, outcome, since, limit, json } => report(
+            audit(&config, crate::store::AuditQuery { principal, tool, outcome, since_ms: None, limit }, since, json),
+            1,
+        ),
         Command::Bench(_) => unreachable!("handled before loading a config"),
     }
 }
@@ -155,6 +177,53 @@ fn report(result: Result<String, impl std::fmt::Display>, failure: u8) -> ExitCo
             ExitCode::from(failure)
         }
     }
+}
+
+fn audit(config: &Config, mut query: crate::store::AuditQuery, since: Option<String>, json: bool) -> Result<String> {
+    if let Some(since) = since {
+        let (number, unit) = since.split_at(since.find(|c: char| !c.is_ascii_digit()).unwrap_or(since.len()));
+        let seconds = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            _ => bail!("--since {since:?}: expected a number and a unit, e.g. 30s, 15m, 2h, 7d"),
+        };
+        let number: i64 = number.parse().with_context(|| format!("--since {since:?}: expected e.g. 15m"))?;
+        query.since_ms = Some(crate::store::now_ms() - number * seconds * 1000);
+    }
+    runtime()?.block_on(async {
+        let store = crate::store::Store::open(&config.store.url)
+            .await
+            .with_context(|| format!("opening the store {}", crate::config::redact_url(&config.store.url)))?;
+        let events = store.audit(&query).await?;
+        let mut out = String::new();
+        if json {
+            for e in &events {
+                let _ = writeln!(out, "{}", serde_json::to_string(e)?);
+            }
+            return Ok(out);
+        }
+        let _ = writeln!(
+            out,
+            "{:<13} {:<16} {:<36} {:<8} {:<20} {:>9}",
+            "at_ms", "principal", "tool", "version", "outcome", "µs"
+        );
+        for e in &events {
+            let _ = writeln!(
+                out,
+                "{:<13} {:<16} {:<36} {:<8} {:<20} {:>9}",
+                e.at_ms,
+                e.principal,
+                e.tool,
+                e.contract_version.as_deref().unwrap_or("-"),
+                e.outcome,
+                e.latency_us
+            );
+        }
+        let _ = writeln!(out, "{} event(s)", events.len());
+        Ok(out)
+    })
 }
 
 fn contracts(config: &Config, command: Contracts) -> Result<String> {

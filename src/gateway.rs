@@ -135,12 +135,14 @@ impl Gateway {
             Err(_) => Ok(()),
         };
         self.stop_upstreams().await;
+        self.front.pipeline.audit.flush().await;
         served
     }
 
     pub async fn serve_stdio(&self) -> Result<(), StartError> {
         let served = front::stdio::serve(self.front.clone(), Principal::new("stdio")).await.map_err(StartError::Serve);
         self.stop_upstreams().await;
+        self.front.pipeline.audit.flush().await;
         served
     }
 

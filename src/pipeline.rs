@@ -5,6 +5,7 @@
 //! owning upstream (stage 8). Contracts, validation, policy, mutation safety, idempotency,
 //! reliability and audit slot in between, in SPEC §9 order, without changing callers.
 
+pub mod audit;
 pub mod authn;
 
 use std::sync::Arc;
@@ -13,10 +14,13 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{Catalog, Miss, Route};
-use crate::contracts::Contracts;
+use crate::contracts::{Contracts, Standing};
 use crate::error::{FieldError, GatewayError};
+use crate::store::AuditEvent;
 use crate::upstream::{Upstream, UpstreamError, Via};
+use audit::Audit;
 pub use authn::{Authenticator, Principal};
+use std::time::Instant;
 
 /// One tool call as the front door hands it over.
 pub struct CallRequest<'a> {
@@ -33,29 +37,74 @@ pub struct Pipeline {
     catalog: Arc<Catalog>,
     upstreams: Arc<[Arc<Upstream>]>,
     contracts: Arc<Contracts>,
+    pub audit: Audit,
+}
+
+/// What stage 2 found: where the call goes and under which contract (version, fingerprint).
+struct Resolved {
+    route: Route,
+    contract: (String, Arc<str>),
 }
 
 impl Pipeline {
+    /// Starts the audit writer (needs a runtime).
     pub fn new(catalog: Arc<Catalog>, upstreams: Arc<[Arc<Upstream>]>, contracts: Arc<Contracts>) -> Self {
-        Self { catalog, upstreams, contracts }
+        let audit = Audit::start(contracts.store().clone());
+        Self { catalog, upstreams, contracts, audit }
     }
 
+    /// Runs the stages, then audits the call whatever happened (stage 10 always runs).
     pub async fn call_tool(&self, req: CallRequest<'_>) -> Result<Box<RawValue>, GatewayError> {
-        let _principal = req.principal; // 1: authenticated before the body was read
-        let route = self.resolve_tool(req.name)?; // 2: unknown and hidden are indistinguishable;
-        //    a drifted definition is refused
-        let mut params = req.params; // 8: dispatch under the upstream's own name
-        params.insert("name".into(), json!(&*route.name));
-        self.forward(&route, "tools/call", params, req.via).await
+        let started = Instant::now();
+        let principal = req.principal.id.to_string();
+        let tool = req.name.to_string();
+        let args_hash = audit::arguments_hash(req.params.get("arguments"));
+        let mut contract = None;
+        let result = self.run_stages(req, &mut contract).await;
+        let (contract_version, fingerprint) = contract.map_or((None, None), |(v, f)| (Some(v), Some(f.to_string())));
+        self.audit.record(AuditEvent {
+            at_ms: crate::store::now_ms(),
+            principal,
+            tool,
+            contract_version,
+            fingerprint,
+            // No policy stage yet: every authenticated call is allowed to proceed.
+            decision: "allow".into(),
+            rule: None,
+            outcome: result.as_ref().map_or_else(GatewayError::class, |_| "ok").into(),
+            latency_us: started.elapsed().as_micros() as i64,
+            args_hash,
+            trace_id: None,
+        });
+        result
     }
 
-    fn resolve_tool(&self, name: &str) -> Result<Route, GatewayError> {
+    async fn run_stages(
+        &self,
+        req: CallRequest<'_>,
+        contract: &mut Option<(String, Arc<str>)>,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let _principal = req.principal; // 1: authenticated before the body was read
+        let resolved = self.resolve_tool(req.name)?; // 2: unknown ≡ hidden; a drifted definition is refused
+        *contract = Some(resolved.contract);
+        let mut params = req.params; // 8: dispatch under the upstream's own name
+        params.insert("name".into(), json!(&*resolved.route.name));
+        self.forward(&resolved.route, "tools/call", params, req.via).await
+    }
+
+    fn resolve_tool(&self, name: &str) -> Result<Resolved, GatewayError> {
         let snapshot = self.catalog.snapshot();
-        match snapshot.tool(name) {
-            Ok(tool) if !self.contracts.admits(tool) => Err(GatewayError::ContractDrift { name: name.to_string() }),
-            Ok(tool) => Ok(tool.route.clone()),
-            Err(miss) => Err(miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() })),
-        }
+        let tool = snapshot
+            .tool(name)
+            .map_err(|miss| miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() }))?;
+        let version = match self.contracts.standing(tool) {
+            Standing::Drifted { allowed: false, .. } => {
+                return Err(GatewayError::ContractDrift { name: name.to_string() });
+            }
+            Standing::Current { version } | Standing::Drifted { version, .. } => version,
+            Standing::FirstUse => crate::contracts::FIRST_VERSION.to_string(),
+        };
+        Ok(Resolved { route: tool.route.clone(), contract: (version, tool.fingerprint.clone()) })
     }
 
     /// Sends a request to the upstream a route names and maps its failure to the taxonomy.

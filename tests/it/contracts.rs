@@ -130,3 +130,52 @@ async fn drift_warn_keeps_serving_and_drift_accept_repins() {
         assert!(gw.logs().contains("contract drift"), "{policy}: logged");
     }
 }
+
+/// Runs `gatehouse audit ARGS --json` against `config`: one event per line.
+async fn audit_cli(config: &str, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gatehouse.toml");
+    std::fs::write(&path, config).unwrap();
+    let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(BIN).arg("audit").args(&args).arg("--config").arg(&path).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn every_call_is_audited_without_its_payload_and_nothing_is_lost_on_shutdown() {
+    let store = tempfile::tempdir().unwrap();
+    let up = FakeUpstream::new().tool_def(echo_def("Echo text back."), echo()).start().await;
+    let config = config(store.path(), &up.url(), "");
+    let mut gw = TestGateway::start(&config).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "echo", |n| n.len() == 1).await;
+    assert!(client.call_tool("fake__echo", json!({"text": "secret-payload-123"})).await.get("result").is_some());
+    assert!(client.call_tool("fake__nope", json!({"text": "secret-payload-123"})).await.get("error").is_some());
+    // Graceful shutdown writes what is still queued.
+    gw.terminate().await;
+
+    let events = audit_cli(&config, &[]).await;
+    assert_eq!(events.len(), 2, "{events:?}");
+    let (missing, ok) = (&events[0], &events[1]);
+    assert_eq!((ok["tool"].as_str(), ok["outcome"].as_str()), (Some("fake__echo"), Some("ok")));
+    assert_eq!(ok["contract_version"], "1.0.0");
+    assert_eq!(ok["decision"], "allow");
+    assert_eq!(ok["principal"], "anonymous");
+    assert_eq!(ok["args_hash"].as_str().map(str::len), Some(64), "a SHA-256, not the arguments");
+    assert_eq!((missing["tool"].as_str(), missing["outcome"].as_str()), (Some("fake__nope"), Some("unknown_tool")));
+    assert_eq!(audit_cli(&config, &["--outcome", "ok"]).await.len(), 1);
+    assert_eq!(audit_cli(&config, &["--tool", "fake__nope", "--since", "1h"]).await.len(), 1);
+    assert_eq!(audit_cli(&config, &["--principal", "someone-else"]).await.len(), 0);
+    // Payload-free: the arguments are nowhere in the database files.
+    for entry in std::fs::read_dir(store.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(!bytes.windows(18).any(|w| w == b"secret-payload-123"), "arguments leaked into the store");
+    }
+}
