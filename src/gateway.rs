@@ -158,37 +158,32 @@ impl Gateway {
 fn embedder_loader(config: &Config) -> Option<impl FnOnce() -> Result<Semantic, String> + Send + 'static> {
     let embedding = config.embedding.clone();
     let persist_dir = config.rag.persist_dir.clone();
-    let (embedder, query_cache, query_timeout): (Box<dyn FnOnce() -> Result<Arc<dyn Embedder>, String> + Send>, _, _) =
-        match embedding {
-            EmbeddingConfig::None => return None,
-            #[cfg(feature = "local-embeddings")]
-            EmbeddingConfig::Local { model_dir, query_cache } => (
-                Box::new(move || {
-                    crate::ranking::embed::Local::load(&model_dir)
-                        .map(|e| Arc::new(e) as Arc<dyn Embedder>)
-                        .map_err(|e| format!("{e} (run scripts/fetch-model)"))
-                }),
-                query_cache,
-                // A local model answers in milliseconds; anything slower means an overloaded CPU.
-                Duration::from_secs(2),
-            ),
-            #[cfg(not(feature = "local-embeddings"))]
-            EmbeddingConfig::Local { .. } => return None,
-            EmbeddingConfig::OpenAi { base_url, model, api_key, timeout, query_cache } => (
-                Box::new(move || {
-                    crate::ranking::embed::OpenAi::new(
-                        &base_url,
-                        &model,
-                        api_key.map(|k| k.expose().to_string()),
-                        timeout,
-                    )
+    type LoadEmbedder = Box<dyn FnOnce() -> Result<Arc<dyn Embedder>, String> + Send>;
+    let (embedder, query_cache, query_timeout): (LoadEmbedder, _, _) = match embedding {
+        EmbeddingConfig::None => return None,
+        #[cfg(feature = "local-embeddings")]
+        EmbeddingConfig::Local { model_dir, query_cache } => (
+            Box::new(move || {
+                crate::ranking::embed::Local::load(&model_dir)
+                    .map(|e| Arc::new(e) as Arc<dyn Embedder>)
+                    .map_err(|e| format!("{e} (run scripts/fetch-model)"))
+            }),
+            query_cache,
+            // A local model answers in milliseconds; anything slower means an overloaded CPU.
+            Duration::from_secs(2),
+        ),
+        #[cfg(not(feature = "local-embeddings"))]
+        EmbeddingConfig::Local { .. } => return None,
+        EmbeddingConfig::OpenAi { base_url, model, api_key, timeout, query_cache } => (
+            Box::new(move || {
+                crate::ranking::embed::OpenAi::new(&base_url, &model, api_key.map(|k| k.expose().to_string()), timeout)
                     .map(|e| Arc::new(e) as Arc<dyn Embedder>)
                     .map_err(|e| e.to_string())
-                }),
-                query_cache,
-                timeout,
-            ),
-        };
+            }),
+            query_cache,
+            timeout,
+        ),
+    };
     Some(move || {
         let embedder = embedder()?;
         let cache = match &persist_dir {

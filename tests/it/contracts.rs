@@ -25,19 +25,24 @@ fn config(dir: &Path, upstream: &str, extra_upstream: &str) -> String {
     )
 }
 
-/// Runs `gatehouse contracts ARGS` against `config`; (success, stdout + stderr).
-async fn contracts_cli(config: &str, args: &[&str]) -> (bool, String) {
+/// Runs `gatehouse ARGS --config FILE` with `config` as FILE: (success, stdout, stderr).
+async fn gatehouse(config: &str, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gatehouse.toml");
     std::fs::write(&path, config).unwrap();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(BIN).arg("contracts").args(&args).arg("--config").arg(&path).output().unwrap()
+        std::process::Command::new(BIN).args(&args).arg("--config").arg(&path).output().unwrap()
     })
     .await
     .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// `gatehouse contracts ARGS`: (success, stdout + stderr).
+async fn contracts_cli(config: &str, args: &[&str]) -> (bool, String) {
+    let (ok, out, err) = gatehouse(config, &[&["contracts"], args].concat()).await;
+    (ok, out + &err)
 }
 
 async fn wait_for(client: &Legacy, what: &str, check: impl Fn(&[String]) -> bool) -> Vec<String> {
@@ -131,21 +136,11 @@ async fn drift_warn_keeps_serving_and_drift_accept_repins() {
     }
 }
 
-/// Runs `gatehouse audit ARGS --json` against `config`: one event per line.
+/// `gatehouse audit --json ARGS`: one event per line.
 async fn audit_cli(config: &str, args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gatehouse.toml");
-    std::fs::write(&path, config).unwrap();
-    let args: Vec<String> = all.iter().map(|s| s.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(BIN).arg("audit").args(&args).arg("--config").arg(&path).output().unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let (ok, out, err) = gatehouse(config, &[&["audit", "--json"], args].concat()).await;
+    assert!(ok, "{err}");
+    out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 #[tokio::test]
