@@ -16,7 +16,7 @@ use http::{HeaderName, HeaderValue};
 use reqwest::Url;
 
 pub use raw::RawConfig;
-use raw::{RawDuration, RawEmbedding, RawGateway, RawGating, RawStore, RawUpstream, Sp};
+use raw::{RawAuth, RawDuration, RawEmbedding, RawGateway, RawGating, RawJwt, RawStore, RawUpstream, Sp};
 
 /// Where `*_env` keys and `~` are resolved. `Process` in production, `Map` in tests.
 #[derive(Debug, Clone)]
@@ -65,6 +65,63 @@ pub struct Config {
     pub gating: GatingConfig,
     pub embedding: EmbeddingConfig,
     pub store: StoreConfig,
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: who may call (SPEC §9 stage 1).
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    pub tokens: Vec<StaticToken>,
+    pub jwt: Option<JwtConfig>,
+    /// The principal of the agent on stdin/stdout (`--stdio`).
+    pub stdio: PrincipalSpec,
+    pub resource: Option<Url>,
+}
+
+impl AuthConfig {
+    pub fn has_credentials(&self) -> bool {
+        !self.tokens.is_empty() || self.jwt.is_some()
+    }
+}
+
+/// A principal as configured: its id, roles and scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrincipalSpec {
+    pub id: String,
+    pub roles: Vec<String>,
+    pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StaticToken {
+    pub principal: PrincipalSpec,
+    pub token: Secret,
+}
+
+/// Ed25519 JWTs (`alg` EdDSA only) from one issuer.
+#[derive(Clone)]
+pub struct JwtConfig {
+    pub issuer: String,
+    pub audience: String,
+    /// Verification keys by `kid`.
+    pub keys: Vec<(String, jsonwebtoken::DecodingKey)>,
+    pub leeway: Duration,
+    pub max_token_bytes: usize,
+    pub principal_claim: String,
+    pub roles_claim: String,
+    pub scopes_claim: String,
+    pub authorization_servers: Vec<String>,
+}
+
+impl fmt::Debug for JwtConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kids: Vec<&str> = self.keys.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("JwtConfig")
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("kids", &kids)
+            .finish()
+    }
 }
 
 /// `[store]`: where contracts and the audit log live.
@@ -140,8 +197,15 @@ pub struct GatewayConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InboundAuth {
-    Disabled { allow_remote: bool },
-    Bearer { env: String, token: Secret },
+    Disabled {
+        allow_remote: bool,
+    },
+    Bearer {
+        env: String,
+        token: Secret,
+    },
+    /// Credentials come from the `[auth]` table only (tokens, JWTs).
+    Table,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -374,7 +438,8 @@ impl Validator<'_> {
     }
 
     fn config(&mut self, raw: RawConfig) -> Config {
-        let gateway = self.gateway(raw.gateway.unwrap_or_default());
+        let auth = self.auth(raw.auth.unwrap_or_default());
+        let gateway = self.gateway(raw.gateway.unwrap_or_default(), auth.has_credentials());
         let upstreams = self.upstreams(raw.upstreams.unwrap_or_default(), &gateway.separator);
         if gateway.prefix_mode == PrefixMode::Never && upstreams.len() > 1 {
             tracing::info!(
@@ -391,10 +456,10 @@ impl Validator<'_> {
         let gating = self.gating(raw.gating.unwrap_or_default());
         let embedding = self.embedding(raw.embedding.unwrap_or_default());
         let store = self.store(raw.store.unwrap_or_default());
-        Config { gateway, upstreams, rag, gating, embedding, store }
+        Config { gateway, upstreams, rag, gating, embedding, store, auth }
     }
 
-    fn gateway(&mut self, g: RawGateway) -> GatewayConfig {
+    fn gateway(&mut self, g: RawGateway, auth_table: bool) -> GatewayConfig {
         let host = g.host.map_or_else(|| "127.0.0.1".to_string(), |h| h.value);
         let path = match g.path {
             Some(p) if !p.value.starts_with('/') || p.value.contains(['?', '#', ' ']) => {
@@ -442,12 +507,14 @@ impl Validator<'_> {
                 Some(token) => InboundAuth::Bearer { env: env.value, token },
                 None => InboundAuth::Disabled { allow_remote: false },
             },
+            (None, false) if auth_table => InboundAuth::Table,
             (None, false) => {
                 self.error(
                     "gateway",
                     None,
                     "no inbound authentication configured: set bearer_token_env = \"NAME\" (a variable \
-                     holding the token) or auth_disabled = true (local development only)",
+                     holding the token), configure [[auth.tokens]] or [auth.jwt], or set auth_disabled = true \
+                     (local development only)",
                 );
                 InboundAuth::Disabled { allow_remote: false }
             }
@@ -504,6 +571,93 @@ impl Validator<'_> {
             floor,
             max_conversations: g.max_conversations.unwrap_or(10_000).max(1),
         }
+    }
+
+    fn auth(&mut self, a: RawAuth) -> AuthConfig {
+        let mut tokens = Vec::new();
+        for (i, t) in a.tokens.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("auth.tokens[{i}]");
+            if t.principal.value.trim().is_empty() {
+                self.error(format!("{at}.principal"), Some(t.principal.span.clone()), "expected a principal id");
+            }
+            if let Some(token) = self.secret_env(&format!("{at}.token_env"), &t.token_env) {
+                let principal = PrincipalSpec {
+                    id: t.principal.value,
+                    roles: t.roles.unwrap_or_default(),
+                    scopes: t.scopes.unwrap_or_default(),
+                };
+                tokens.push(StaticToken { principal, token });
+            }
+        }
+        let jwt = a.jwt.and_then(|j| self.jwt(j));
+        let stdio = a.stdio.map_or_else(
+            || PrincipalSpec { id: "stdio".into(), ..PrincipalSpec::default() },
+            |s| PrincipalSpec {
+                id: s.principal.value,
+                roles: s.roles.unwrap_or_default(),
+                scopes: s.scopes.unwrap_or_default(),
+            },
+        );
+        let resource = a.resource.and_then(|r| match Url::parse(&r.value) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => Some(url),
+            _ => {
+                self.error(
+                    "auth.resource",
+                    Some(r.span),
+                    format!("expected the endpoint's absolute URL, got {:?}", r.value),
+                );
+                None
+            }
+        });
+        AuthConfig { tokens, jwt, stdio, resource }
+    }
+
+    fn jwt(&mut self, j: RawJwt) -> Option<JwtConfig> {
+        let mut keys = Vec::new();
+        if j.keys.is_empty() {
+            self.error(
+                "auth.jwt.keys",
+                Some(j.issuer.span.clone()),
+                "expected at least one key: { kid = \"…\", file = \"key.pem\" }",
+            );
+        }
+        for (i, k) in j.keys.iter().enumerate() {
+            let at = format!("auth.jwt.keys[{i}]");
+            let path = self.expand_home(&k.file.value);
+            let bytes = match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    self.error(
+                        format!("{at}.file"),
+                        Some(k.file.span.clone()),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                    continue;
+                }
+            };
+            match parse_verification_keys(&bytes, k.kid.as_ref().map(|k| k.value.as_str())) {
+                Ok(found) => keys.extend(found),
+                Err(rule) => self.error(format!("{at}.file"), Some(k.file.span.clone()), rule),
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (kid, _) in &keys {
+            if !seen.insert(kid.clone()) {
+                self.error("auth.jwt.keys", None, format!("duplicate kid {kid:?}"));
+            }
+        }
+        let leeway = self.duration("auth.jwt.leeway", j.leeway, Duration::from_secs(60));
+        Some(JwtConfig {
+            issuer: j.issuer.value,
+            audience: j.audience.value,
+            keys,
+            leeway,
+            max_token_bytes: j.max_token_bytes.unwrap_or(8 * 1024),
+            principal_claim: j.principal_claim.unwrap_or_else(|| "sub".into()),
+            roles_claim: j.roles_claim.unwrap_or_else(|| "roles".into()),
+            scopes_claim: j.scopes_claim.unwrap_or_else(|| "scope".into()),
+            authorization_servers: j.authorization_servers.unwrap_or_default(),
+        })
     }
 
     fn store(&mut self, s: RawStore) -> StoreConfig {
@@ -882,6 +1036,38 @@ pub fn is_loopback_host(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Ed25519 verification keys from a file: a PEM public key (`kid` required), a JWK, or a JWK
+/// Set (each key's own `kid`). Only OKP/Ed25519 keys are accepted.
+fn parse_verification_keys(
+    bytes: &[u8],
+    kid: Option<&str>,
+) -> Result<Vec<(String, jsonwebtoken::DecodingKey)>, String> {
+    use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+    if bytes.starts_with(b"-----BEGIN") {
+        let kid = kid.ok_or("a PEM key needs kid = \"…\" beside file")?;
+        let key = jsonwebtoken::DecodingKey::from_ed_pem(bytes)
+            .map_err(|e| format!("not an Ed25519 public key in PEM: {e}"))?;
+        return Ok(vec![(kid.to_string(), key)]);
+    }
+    let jwks: Vec<Jwk> = match serde_json::from_slice::<JwkSet>(bytes) {
+        Ok(set) => set.keys,
+        Err(_) => vec![serde_json::from_slice::<Jwk>(bytes).map_err(|e| format!("neither PEM, JWK nor JWK Set: {e}"))?],
+    };
+    let mut out = Vec::new();
+    for jwk in jwks {
+        let AlgorithmParameters::OctetKeyPair(params) = &jwk.algorithm else {
+            return Err("only Ed25519 (kty OKP, crv Ed25519) keys are accepted".into());
+        };
+        if params.curve != EllipticCurve::Ed25519 {
+            return Err("only Ed25519 (kty OKP, crv Ed25519) keys are accepted".into());
+        }
+        let id = jwk.common.key_id.clone().or(kid.map(str::to_string)).ok_or("a JWK needs a kid")?;
+        let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|e| format!("JWK {id}: {e}"))?;
+        out.push((id, key));
+    }
+    Ok(out)
+}
+
 /// A database URL without its password, for logs and `check`.
 pub fn redact_url(url: &str) -> String {
     match Url::parse(url) {
@@ -908,11 +1094,20 @@ pub fn plan(config: &Config, path: &Path) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "config: {} (valid)", path.display());
     let _ = writeln!(out, "listen: http://{}:{}{}", g.host, g.port, g.path);
-    let auth = match &g.auth {
-        InboundAuth::Disabled { .. } => "disabled (auth_disabled = true; local development only)".to_string(),
-        InboundAuth::Bearer { env, .. } => format!("bearer token from ${env}"),
+    let mut auth = match &g.auth {
+        InboundAuth::Disabled { .. } => vec!["disabled (auth_disabled = true; local development only)".to_string()],
+        InboundAuth::Bearer { env, .. } => vec![format!("bearer token from ${env} (principal \"bearer\")")],
+        InboundAuth::Table => Vec::new(),
     };
-    let _ = writeln!(out, "auth: {auth}");
+    if !config.auth.tokens.is_empty() {
+        let ids: Vec<&str> = config.auth.tokens.iter().map(|t| t.principal.id.as_str()).collect();
+        auth.push(format!("{} static token(s) for {}", ids.len(), ids.join(", ")));
+    }
+    if let Some(jwt) = &config.auth.jwt {
+        let kids: Vec<&str> = jwt.keys.iter().map(|(k, _)| k.as_str()).collect();
+        auth.push(format!("EdDSA JWTs from {} for {} (keys {})", jwt.issuer, jwt.audience, kids.join(", ")));
+    }
+    let _ = writeln!(out, "auth: {}", auth.join("; "));
     let mode = match g.prefix_mode {
         PrefixMode::Always => "always",
         PrefixMode::Conditional => "conditional",

@@ -40,6 +40,7 @@ pub enum StartError {
 /// A built gateway whose background tasks (upstream supervisors, notification fan-out) run.
 pub struct Gateway {
     pub front: Arc<Front>,
+    stdio_principal: Principal,
 }
 
 impl Gateway {
@@ -103,7 +104,7 @@ impl Gateway {
                 }
             }
         });
-        Ok(Self { front })
+        Ok(Self { front, stdio_principal: Principal::from_spec(&config.auth.stdio) })
     }
 
     /// Serves Streamable HTTP on `listener` until `shutdown` resolves.
@@ -112,6 +113,9 @@ impl Gateway {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartError> {
+        if let Ok(addr) = listener.local_addr() {
+            self.front.set_listen_addr(addr);
+        }
         let app = front::http::router(self.front.clone());
         // Small JSON-RPC answers must not wait for Nagle's algorithm.
         let listener = listener.tap_io(|stream| {
@@ -140,7 +144,8 @@ impl Gateway {
     }
 
     pub async fn serve_stdio(&self) -> Result<(), StartError> {
-        let served = front::stdio::serve(self.front.clone(), Principal::new("stdio")).await.map_err(StartError::Serve);
+        let served =
+            front::stdio::serve(self.front.clone(), self.stdio_principal.clone()).await.map_err(StartError::Serve);
         self.stop_upstreams().await;
         self.front.pipeline.audit.flush().await;
         served

@@ -34,6 +34,56 @@ pub struct RawConfig {
     pub gating: Option<RawGating>,
     pub embedding: Option<RawEmbedding>,
     pub store: Option<RawStore>,
+    pub auth: Option<RawAuth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub tokens: Option<Vec<RawToken>>,
+    pub jwt: Option<RawJwt>,
+    pub stdio: Option<RawStdioAuth>,
+    /// The public URL of the MCP endpoint, for OAuth protected-resource metadata.
+    pub resource: Option<Sp<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    pub principal: Sp<String>,
+    pub token_env: Sp<String>,
+    pub roles: Option<Vec<String>>,
+    pub scopes: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwt {
+    pub issuer: Sp<String>,
+    pub audience: Sp<String>,
+    pub keys: Vec<RawJwtKey>,
+    pub leeway: Option<Sp<RawDuration>>,
+    pub max_token_bytes: Option<usize>,
+    pub principal_claim: Option<String>,
+    pub roles_claim: Option<String>,
+    pub scopes_claim: Option<String>,
+    pub authorization_servers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwtKey {
+    /// Required for a PEM file; a JWK or JWK Set names its own.
+    pub kid: Option<Sp<String>>,
+    pub file: Sp<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStdioAuth {
+    pub principal: Sp<String>,
+    pub roles: Option<Vec<String>>,
+    pub scopes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

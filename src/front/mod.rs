@@ -125,6 +125,9 @@ pub struct Front {
     first_loads: Vec<watch::Receiver<bool>>,
     warm: AtomicBool,
     server_info: Value,
+    /// `[auth] resource`, or `http://ADDR` + path once the listener is bound.
+    resource: std::sync::OnceLock<String>,
+    authorization_servers: Vec<String>,
 }
 
 /// A JSON-RPC answer and the HTTP status it travels with.
@@ -220,7 +223,7 @@ impl Front {
         let namer = catalog.namer().clone();
         Self {
             settings,
-            auth: Authenticator::new(&g.auth),
+            auth: Authenticator::new(&g.auth, &config.auth),
             pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone()),
             catalog,
             upstreams,
@@ -232,7 +235,44 @@ impl Front {
             first_loads,
             warm: AtomicBool::new(false),
             server_info: json!({ "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") }),
+            resource: config
+                .auth
+                .resource
+                .as_ref()
+                .map(|u| u.to_string())
+                .map(std::sync::OnceLock::from)
+                .unwrap_or_default(),
+            authorization_servers: config
+                .auth
+                .jwt
+                .as_ref()
+                .map(|j| j.authorization_servers.clone())
+                .unwrap_or_default(),
         }
+    }
+
+    /// Records where the MCP endpoint is reachable (unless `[auth] resource` said so already).
+    pub fn set_listen_addr(&self, addr: std::net::SocketAddr) {
+        let _ = self.resource.set(format!("http://{addr}{}", self.settings.path));
+    }
+
+    /// The protected resource (the MCP endpoint's URL) and its metadata document's URL.
+    pub fn resource(&self) -> Option<(&str, String)> {
+        let resource = self.resource.get()?;
+        let url = reqwest::Url::parse(resource).ok()?;
+        let metadata =
+            format!("{}/.well-known/oauth-protected-resource{}", url.origin().ascii_serialization(), url.path());
+        Some((resource, metadata))
+    }
+
+    /// RFC 9728 protected-resource metadata.
+    pub fn resource_metadata(&self) -> Value {
+        json!({
+            "resource": self.resource().map(|(r, _)| r),
+            "authorization_servers": self.authorization_servers,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "Gatehouse MCP gateway",
+        })
     }
 
     /// Answers one request: the method table, the era's result decoration, the error mapping.

@@ -28,6 +28,12 @@ pub async fn healthz(State(front): State<Arc<Front>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
+/// `/.well-known/oauth-protected-resource`: where agents learn which authorization servers
+/// issue tokens for this gateway (RFC 9728). Public, like the metadata it describes.
+pub async fn protected_resource(State(front): State<Arc<Front>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], front.resource_metadata().to_string()).into_response()
+}
+
 /// Ready when at least one upstream serves tools (or none is configured).
 pub async fn readyz(State(front): State<Arc<Front>>) -> Response {
     let ready = front.upstreams.is_empty() || front.upstreams.iter().any(|u| u.state() == UpstreamState::Up);

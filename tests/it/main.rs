@@ -2,6 +2,7 @@
 
 mod support;
 
+mod auth;
 mod cli;
 mod contracts;
 mod faults;
