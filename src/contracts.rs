@@ -100,8 +100,9 @@ impl Contracts {
             .map(|c| (Arc::from(c.exposed.as_str()), Pinned { version: c.version, fingerprint: c.fingerprint }))
             .collect();
         let mut pinned = self.pinned.write().expect("contracts lock poisoned");
-        let changed = pinned.len() != fresh.len()
-            || fresh.iter().any(|(k, v)| pinned.get(k).is_none_or(|p| p.fingerprint != v.fingerprint));
+        // A new pin records what agents already see; only a changed or removed pin (an
+        // approval, a re-pin) can change what they may see.
+        let changed = pinned.iter().any(|(k, p)| fresh.get(k).is_none_or(|f| f.fingerprint != p.fingerprint));
         *pinned = fresh;
         drop(pinned);
         if changed {

@@ -102,6 +102,12 @@ pub enum GatewayError {
     },
     #[error("upstream {namespace} did not answer within the deadline")]
     DeadlineExceeded { namespace: String },
+    /// The arguments break the tool's `inputSchema` (a tool-level result the model can fix).
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(FieldError),
+    /// The upstream's `structuredContent` breaks the tool's `outputSchema` (tool-level).
+    #[error("upstream {namespace} returned output that breaks the tool's outputSchema: {field}")]
+    InvalidOutput { namespace: String, field: FieldError },
     /// The tool's definition changed since its contract was pinned; quarantined until approved.
     #[error("contract drift")]
     ContractDrift { name: String },
@@ -139,6 +145,22 @@ impl GatewayError {
         Self::Internal(source.into())
     }
 
+    /// Failures the model should read and act on: answered as an `isError` tool result, not a
+    /// JSON-RPC error (DESIGN §3).
+    pub fn is_tool_result(&self) -> bool {
+        matches!(self, Self::InvalidArguments(_) | Self::InvalidOutput { .. })
+    }
+
+    /// The `isError` result carrying this failure: the public message as text, the class in
+    /// `_meta`.
+    pub fn tool_result(&self) -> Value {
+        json!({
+            "content": [{ "type": "text", "text": self.public_message() }],
+            "isError": true,
+            "_meta": self.public_data()["_meta"].clone(),
+        })
+    }
+
     /// The SPEC §9 class (or protocol class) carried in `_meta["gatehouse/error"]`.
     pub fn class(&self) -> &'static str {
         match self {
@@ -163,6 +185,8 @@ impl GatewayError {
             Self::UpstreamError { .. } => "upstream_error",
             Self::DeadlineExceeded { .. } => "deadline_exceeded",
             Self::ContractDrift { .. } => "contract_drift",
+            Self::InvalidArguments(_) => "invalid_arguments",
+            Self::InvalidOutput { .. } => "upstream_error",
             Self::Internal(_) => "internal",
         }
     }
@@ -199,6 +223,8 @@ impl GatewayError {
             Self::UpstreamError { .. } => code::UPSTREAM_ERROR,
             Self::DeadlineExceeded { .. } => code::DEADLINE_EXCEEDED,
             Self::ContractDrift { .. } => code::CONTRACT_DRIFT,
+            Self::InvalidArguments(_) => code::INVALID_PARAMS,
+            Self::InvalidOutput { .. } => code::UPSTREAM_ERROR,
             Self::Internal(_) => code::INTERNAL_ERROR,
         }
     }
@@ -222,6 +248,8 @@ impl GatewayError {
             | Self::UpstreamError { .. }
             | Self::DeadlineExceeded { .. }
             | Self::ContractDrift { .. }
+            | Self::InvalidArguments(_)
+            | Self::InvalidOutput { .. }
             | Self::Internal(_) => StatusCode::OK,
             Self::UnsupportedProtocolVersion { .. }
             | Self::HeaderMismatch(_)
@@ -266,6 +294,8 @@ impl GatewayError {
             Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
             Self::DeadlineExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::ContractDrift { .. } => StatusCode::CONFLICT,
+            Self::InvalidArguments(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::InvalidOutput { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -314,6 +344,10 @@ impl GatewayError {
             Self::DeadlineExceeded { namespace } => {
                 format!("Deadline exceeded waiting for upstream {namespace}")
             }
+            Self::InvalidArguments(field) => format!("Invalid arguments: {field}"),
+            Self::InvalidOutput { namespace, field } => {
+                format!("Upstream error: {namespace} returned a result that breaks the tool's outputSchema ({field})")
+            }
             Self::ContractDrift { name } => format!(
                 "Contract drift: {} changed since its contract was pinned and awaits operator approval",
                 printable(name)
@@ -326,7 +360,10 @@ impl GatewayError {
     pub fn public_data(&self) -> Value {
         let mut data = json!({ "_meta": { "gatehouse/error": self.class() } });
         match self {
-            Self::InvalidParams(field) | Self::InvalidEnvelope(field) => data["field"] = json!(field.path),
+            Self::InvalidParams(field) | Self::InvalidEnvelope(field) | Self::InvalidArguments(field) => {
+                data["field"] = json!(field.path)
+            }
+            Self::InvalidOutput { namespace, .. } => data["upstream"] = json!(namespace),
             Self::UpstreamUnavailable { namespace, .. }
             | Self::UpstreamError { namespace, .. }
             | Self::DeadlineExceeded { namespace } => data["upstream"] = json!(namespace),

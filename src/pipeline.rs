@@ -1,26 +1,31 @@
 //! `Pipeline::call_tool`: the ordered stages every `tools/call` passes, visible in one place.
 //!
-//! Today's stages: the caller was authenticated at the edge (stage 1, [`authn`]), the tool is
-//! resolved in the catalog (stage 2: hidden and unknown look the same), then dispatched to the
-//! owning upstream (stage 8). Contracts, validation, policy, mutation safety, idempotency,
-//! reliability and audit slot in between, in SPEC §9 order, without changing callers.
+//! Stages today, in SPEC §9 order: 1 the caller was authenticated at the edge ([`authn`]);
+//! 2 the tool is resolved in the catalog (hidden and unknown look the same) and its contract
+//! checked (a drifted definition is refused); 3 arguments validated ([`validate`]); 8 dispatch
+//! to the owning upstream; 9 `structuredContent` validated; 10 one audit event ([`audit`]),
+//! whatever happened. Policy, mutation safety, idempotency and reliability slot in between
+//! without changing callers.
 
 pub mod audit;
 pub mod authn;
+pub mod validate;
 
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{Catalog, Miss, Route};
+use crate::catalog::{Catalog, Miss, Route, Tool};
 use crate::contracts::{Contracts, Standing};
 use crate::error::{FieldError, GatewayError};
+use crate::protocol::jsonrpc;
 use crate::store::AuditEvent;
 use crate::upstream::{Upstream, UpstreamError, Via};
 use audit::Audit;
 pub use authn::{Authenticator, Principal};
 use std::time::Instant;
+use validate::Validator;
 
 /// One tool call as the front door hands it over.
 pub struct CallRequest<'a> {
@@ -37,20 +42,21 @@ pub struct Pipeline {
     catalog: Arc<Catalog>,
     upstreams: Arc<[Arc<Upstream>]>,
     contracts: Arc<Contracts>,
+    validator: Validator,
     pub audit: Audit,
 }
 
-/// What stage 2 found: where the call goes and under which contract (version, fingerprint).
+/// What stage 2 found: the tool as the catalog has it, and its contract version.
 struct Resolved {
-    route: Route,
-    contract: (String, Arc<str>),
+    tool: Tool,
+    version: String,
 }
 
 impl Pipeline {
     /// Starts the audit writer (needs a runtime).
     pub fn new(catalog: Arc<Catalog>, upstreams: Arc<[Arc<Upstream>]>, contracts: Arc<Contracts>) -> Self {
         let audit = Audit::start(contracts.store().clone());
-        Self { catalog, upstreams, contracts, audit }
+        Self { catalog, upstreams, contracts, validator: Validator::default(), audit }
     }
 
     /// Runs the stages, then audits the call whatever happened (stage 10 always runs).
@@ -76,7 +82,11 @@ impl Pipeline {
             args_hash,
             trace_id: None,
         });
-        result
+        match result {
+            // Failures the model can act on travel as isError results (audited as failures).
+            Err(e) if e.is_tool_result() => Ok(jsonrpc::raw(&e.tool_result())),
+            other => other,
+        }
     }
 
     async fn run_stages(
@@ -85,11 +95,23 @@ impl Pipeline {
         contract: &mut Option<(String, Arc<str>)>,
     ) -> Result<Box<RawValue>, GatewayError> {
         let _principal = req.principal; // 1: authenticated before the body was read
-        let resolved = self.resolve_tool(req.name)?; // 2: unknown ≡ hidden; a drifted definition is refused
-        *contract = Some(resolved.contract);
+        let Resolved { tool, version } = self.resolve_tool(req.name)?; // 2: unknown ≡ hidden; drifted refused
+        *contract = Some((version, tool.fingerprint.clone()));
+        let empty = Value::Object(Map::new());
+        let arguments = req.params.get("arguments").unwrap_or(&empty);
+        self.validator.input(&tool, arguments).map_err(GatewayError::InvalidArguments)?; // 3
         let mut params = req.params; // 8: dispatch under the upstream's own name
-        params.insert("name".into(), json!(&*resolved.route.name));
-        self.forward(&resolved.route, "tools/call", params, req.via).await
+        params.insert("name".into(), json!(&*tool.route.name));
+        let raw = self.forward(&tool.route, "tools/call", params, req.via).await?;
+        // 9: only tools that declare an outputSchema pay for parsing their result.
+        if tool.definition.get("outputSchema").is_some() {
+            let result: Value = serde_json::from_str(raw.get()).map_err(GatewayError::internal)?;
+            self.validator.output(&tool, &result).map_err(|field| {
+                tracing::warn!(tool = %tool.exposed, %field, "upstream result breaks the tool's outputSchema");
+                GatewayError::InvalidOutput { namespace: tool.route.namespace.to_string(), field }
+            })?;
+        }
+        Ok(raw)
     }
 
     fn resolve_tool(&self, name: &str) -> Result<Resolved, GatewayError> {
@@ -104,7 +126,7 @@ impl Pipeline {
             Standing::Current { version } | Standing::Drifted { version, .. } => version,
             Standing::FirstUse => crate::contracts::FIRST_VERSION.to_string(),
         };
-        Ok(Resolved { route: tool.route.clone(), contract: (version, tool.fingerprint.clone()) })
+        Ok(Resolved { tool: tool.clone(), version })
     }
 
     /// Sends a request to the upstream a route names and maps its failure to the taxonomy.

@@ -49,9 +49,11 @@ fn variant_number(e: &GatewayError) -> usize {
         GatewayError::InvalidEnvelope(_) => 23,
         GatewayError::MissingCapability { .. } => 24,
         GatewayError::ContractDrift { .. } => 25,
+        GatewayError::InvalidArguments(_) => 26,
+        GatewayError::InvalidOutput { .. } => 27,
     }
 }
-const VARIANTS: usize = 26;
+const VARIANTS: usize = 28;
 
 fn table() -> Vec<Row> {
     use StatusCode as S;
@@ -277,6 +279,27 @@ fn table() -> Vec<Row> {
             message: "Deadline exceeded waiting for upstream bamboo",
         },
         Row {
+            error: GatewayError::InvalidArguments(field("arguments/count", "must be of type integer")),
+            legacy_code: -32602,
+            modern_code: -32602,
+            legacy_status: S::OK,
+            modern_status: S::OK,
+            class: "invalid_arguments",
+            message: "Invalid arguments: arguments/count: must be of type integer",
+        },
+        Row {
+            error: GatewayError::InvalidOutput {
+                namespace: "panda".into(),
+                field: field("structuredContent/n", "must be of type number"),
+            },
+            legacy_code: -31002,
+            modern_code: -31002,
+            legacy_status: S::OK,
+            modern_status: S::OK,
+            class: "upstream_error",
+            message: "Upstream error: panda returned a result that breaks the tool's outputSchema (structuredContent/n: must be of type number)",
+        },
+        Row {
             error: GatewayError::ContractDrift { name: "panda__search".into() },
             legacy_code: -31004,
             modern_code: -31004,
@@ -382,6 +405,8 @@ fn public_data_carries_only_gateway_owned_detail() {
             row.error,
             GatewayError::InvalidParams(_)
                 | GatewayError::InvalidEnvelope(_)
+                | GatewayError::InvalidArguments(_)
+                | GatewayError::InvalidOutput { .. }
                 | GatewayError::UpstreamUnavailable { .. }
                 | GatewayError::UpstreamError { .. }
                 | GatewayError::DeadlineExceeded { .. }

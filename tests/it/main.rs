@@ -17,3 +17,4 @@ mod routing;
 mod security;
 mod upstream_client;
 mod upstream_transports;
+mod validation;
