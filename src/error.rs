@@ -102,6 +102,10 @@ pub enum GatewayError {
     },
     #[error("upstream {namespace} did not answer within the deadline")]
     DeadlineExceeded { namespace: String },
+    /// Authenticated, but not allowed to do this (an operator surface such as the audit log; a
+    /// forbidden *tool* answers as an unknown one instead).
+    #[error("forbidden")]
+    Forbidden,
     /// The arguments break the tool's `inputSchema` (a tool-level result the model can fix).
     #[error("invalid arguments: {0}")]
     InvalidArguments(FieldError),
@@ -135,6 +139,7 @@ pub mod code {
     pub const UPSTREAM_ERROR: i64 = -31002;
     pub const DEADLINE_EXCEEDED: i64 = -31003;
     pub const CONTRACT_DRIFT: i64 = -31004;
+    pub const FORBIDDEN: i64 = -31005;
 }
 
 /// Protocol versions named in `-32022` / unsupported-version errors.
@@ -185,6 +190,7 @@ impl GatewayError {
             Self::UpstreamError { .. } => "upstream_error",
             Self::DeadlineExceeded { .. } => "deadline_exceeded",
             Self::ContractDrift { .. } => "contract_drift",
+            Self::Forbidden => "forbidden",
             Self::InvalidArguments(_) => "invalid_arguments",
             Self::InvalidOutput { .. } => "upstream_error",
             Self::Internal(_) => "internal",
@@ -223,6 +229,7 @@ impl GatewayError {
             Self::UpstreamError { .. } => code::UPSTREAM_ERROR,
             Self::DeadlineExceeded { .. } => code::DEADLINE_EXCEEDED,
             Self::ContractDrift { .. } => code::CONTRACT_DRIFT,
+            Self::Forbidden => code::FORBIDDEN,
             Self::InvalidArguments(_) => code::INVALID_PARAMS,
             Self::InvalidOutput { .. } => code::UPSTREAM_ERROR,
             Self::Internal(_) => code::INTERNAL_ERROR,
@@ -255,7 +262,7 @@ impl GatewayError {
             | Self::HeaderMismatch(_)
             | Self::MissingCapability { .. }
             | Self::InvalidEnvelope(_) => StatusCode::BAD_REQUEST,
-            Self::OriginForbidden | Self::HostForbidden => StatusCode::FORBIDDEN,
+            Self::OriginForbidden | Self::HostForbidden | Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -284,7 +291,7 @@ impl GatewayError {
             | Self::UnknownPrompt { .. }
             | Self::ResourceNotFound { .. }
             | Self::SessionNotFound => StatusCode::NOT_FOUND,
-            Self::OriginForbidden | Self::HostForbidden => StatusCode::FORBIDDEN,
+            Self::OriginForbidden | Self::HostForbidden | Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -330,6 +337,7 @@ impl GatewayError {
             }
             Self::OriginForbidden => "Forbidden: Origin not allowed".into(),
             Self::HostForbidden => "Forbidden: Host not allowed".into(),
+            Self::Forbidden => "Forbidden: this principal may not do that".into(),
             Self::NotAcceptable(what) => format!("Not Acceptable: Accept must allow {what}"),
             Self::UnsupportedMediaType => "Unsupported Media Type: Content-Type must be application/json".into(),
             Self::PayloadTooLarge => "Payload Too Large: request body exceeds the limit".into(),
@@ -375,6 +383,7 @@ impl GatewayError {
             Self::ResourceNotFound { uri } if !uri.is_empty() => data["uri"] = json!(printable(uri)),
             Self::MissingCapability { required } => data["requiredCapabilities"] = required.clone(),
             Self::Parse
+            | Self::Forbidden
             | Self::ContractDrift { .. }
             | Self::InvalidRequest(_)
             | Self::BatchNotSupported(_)

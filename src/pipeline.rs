@@ -19,7 +19,6 @@ use serde_json::{Map, Value, json};
 use crate::catalog::{Catalog, Miss, Route, Tool};
 use crate::contracts::{Contracts, Standing};
 use crate::error::{FieldError, GatewayError};
-use crate::protocol::jsonrpc;
 use crate::store::AuditEvent;
 use crate::upstream::{Upstream, UpstreamError, Via};
 use audit::Audit;
@@ -82,11 +81,7 @@ impl Pipeline {
             args_hash,
             trace_id: None,
         });
-        match result {
-            // Failures the model can act on travel as isError results (audited as failures).
-            Err(e) if e.is_tool_result() => Ok(jsonrpc::raw(&e.tool_result())),
-            other => other,
-        }
+        result
     }
 
     async fn run_stages(

@@ -51,9 +51,10 @@ fn variant_number(e: &GatewayError) -> usize {
         GatewayError::ContractDrift { .. } => 25,
         GatewayError::InvalidArguments(_) => 26,
         GatewayError::InvalidOutput { .. } => 27,
+        GatewayError::Forbidden => 28,
     }
 }
-const VARIANTS: usize = 28;
+const VARIANTS: usize = 29;
 
 fn table() -> Vec<Row> {
     use StatusCode as S;
@@ -300,6 +301,15 @@ fn table() -> Vec<Row> {
             message: "Upstream error: panda returned a result that breaks the tool's outputSchema (structuredContent/n: must be of type number)",
         },
         Row {
+            error: GatewayError::Forbidden,
+            legacy_code: -31005,
+            modern_code: -31005,
+            legacy_status: S::FORBIDDEN,
+            modern_status: S::FORBIDDEN,
+            class: "forbidden",
+            message: "Forbidden: this principal may not do that",
+        },
+        Row {
             error: GatewayError::ContractDrift { name: "panda__search".into() },
             legacy_code: -31004,
             modern_code: -31004,
@@ -369,6 +379,7 @@ fn gateway_codes_stay_outside_the_reserved_json_rpc_range() {
                 | GatewayError::UpstreamError { .. }
                 | GatewayError::DeadlineExceeded { .. }
                 | GatewayError::ContractDrift { .. }
+                | GatewayError::Forbidden
         ) {
             assert!(!(-32768..=-32000).contains(&row.legacy_code), "{:?}", row.error);
         }

@@ -40,6 +40,8 @@ pub fn router(front: Arc<Front>) -> Router {
     Router::new()
         .route(&path, get(mcp_get).post(mcp_post).delete(mcp_delete))
         .route("/healthz", get(super::ops::healthz))
+        .route("/v1/tools/{spec}", axum::routing::post(super::rest::call_tool))
+        .route("/v1/audit", get(super::rest::audit))
         .route("/.well-known/oauth-protected-resource", get(super::ops::protected_resource))
         .route("/.well-known/oauth-protected-resource/{*path}", get(super::ops::protected_resource))
         .route("/readyz", get(super::ops::readyz))
@@ -505,12 +507,7 @@ impl Front {
         let Answer { status, body } = self.error_answer(era, id, e);
         let mut response = json_response(status, body);
         if matches!(e, GatewayError::Unauthenticated) {
-            // RFC 9728: tell the client where to learn how to get a token.
-            let challenge = match self.resource() {
-                Some((_, metadata)) => format!("Bearer realm=\"gatehouse\", resource_metadata=\"{metadata}\""),
-                None => "Bearer realm=\"gatehouse\"".to_string(),
-            };
-            if let Ok(value) = HeaderValue::from_str(&challenge) {
+            if let Ok(value) = HeaderValue::from_str(&self.challenge()) {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
             }
         }

@@ -79,7 +79,12 @@ impl Front {
                     params: params.clone(),
                     via: ctx.via(),
                 })
-                .await?;
+                .await;
+            // Failures the model can act on travel as isError results, not protocol errors.
+            let result = match result {
+                Err(e) if e.is_tool_result() => jsonrpc::raw(&e.tool_result()),
+                other => other?,
+            };
             match self.bridge_input_required(ctx, &result, &mut rounds).await? {
                 Some((responses, state)) => retry_with(&mut params, responses, state),
                 None => return Ok(self.finish_raw(ctx, result)),

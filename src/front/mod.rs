@@ -8,6 +8,7 @@ mod gated;
 pub mod http;
 mod methods;
 pub mod ops;
+pub mod rest;
 pub mod session;
 pub mod stdio;
 
@@ -265,6 +266,14 @@ impl Front {
         Some((resource, metadata))
     }
 
+    /// The `WWW-Authenticate` challenge of a 401: where to learn how to get a token (RFC 9728).
+    pub fn challenge(&self) -> String {
+        match self.resource() {
+            Some((_, metadata)) => format!("Bearer realm=\"gatehouse\", resource_metadata=\"{metadata}\""),
+            None => "Bearer realm=\"gatehouse\"".to_string(),
+        }
+    }
+
     /// RFC 9728 protected-resource metadata.
     pub fn resource_metadata(&self) -> Value {
         json!({
@@ -367,7 +376,7 @@ impl Front {
 
     /// Waits (bounded) for every upstream's first load, so the first listing after start-up is
     /// complete; afterwards listings never wait on an upstream.
-    async fn warm_up(&self) {
+    pub(super) async fn warm_up(&self) {
         if self.warm.load(Ordering::Relaxed) {
             return;
         }

@@ -61,7 +61,7 @@ pub async fn context_select(
     body: axum::body::Body,
 ) -> Response {
     use crate::error::{FieldError, GatewayError};
-    let rest_error = |e: GatewayError| (e.rest_status(), axum::Json(e.rest_body())).into_response();
+    let rest_error = |e: GatewayError| super::rest::error(&front, &e);
     if let Err(e) = front.admit(&headers) {
         return rest_error(e);
     }

@@ -13,6 +13,7 @@ mod health;
 mod interop;
 mod ranking;
 mod relays;
+mod rest;
 mod routing;
 mod security;
 mod upstream_client;
