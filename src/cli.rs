@@ -45,6 +45,9 @@ enum Command {
     /// Tool contracts: list them, show a drift, approve it
     #[command(subcommand)]
     Contracts(Contracts),
+    /// Explain a policy decision: may PRINCIPAL call TOOL (a tool of the live catalog)?
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Read the audit log, newest first
     Audit {
         #[arg(long)]
@@ -66,6 +69,23 @@ enum Command {
     /// Benchmarks that print their figures
     #[command(subcommand)]
     Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Decide one call and say which rules decided it
+    Check {
+        #[arg(long)]
+        principal: String,
+        #[arg(long)]
+        tool: String,
+        /// The principal's roles (repeatable)
+        #[arg(long = "role")]
+        roles: Vec<String>,
+        /// The principal's scopes (repeatable)
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -151,7 +171,15 @@ pub fn run() -> ExitCode {
         }
     };
     match cli.command.unwrap_or(Command::Serve) {
-        Command::Check => report(Ok::<_, anyhow::Error>(crate::config::plan(&config, &path)), 1),
+        Command::Check => report(check(&config, &path), 2),
+        Command::Policy(PolicyCommand::Check { principal, tool, roles, scopes }) => {
+            let principal = crate::pipeline::Principal {
+                id: principal.as_str().into(),
+                roles: roles.into(),
+                scopes: scopes.into(),
+            };
+            report(with_catalog(&config, async |gw| explain(gw, &config, &principal, &tool)), 1)
+        }
         Command::Serve => report(serve(config, cli.stdio).map(|()| String::new()), 1),
         Command::Tools { task } => report(with_catalog(&config, async |gw| tools(gw, task.as_deref()).await), 1),
         Command::Search { query, limit } => {
@@ -224,6 +252,52 @@ fn audit(config: &Config, mut query: crate::store::AuditQuery, since: Option<Str
         let _ = writeln!(out, "{} event(s)", events.len());
         Ok(out)
     })
+}
+
+/// `gatehouse check`: the plan, after compiling the policy (its errors are config errors).
+fn check(config: &Config, path: &Path) -> Result<String> {
+    let policy = crate::policy::Policy::new(config.policy.as_ref(), config.mutating.clone())
+        .map_err(|e| anyhow::anyhow!("invalid policy in {}: {e}", path.display()))?;
+    let mut plan = crate::config::plan(config, path);
+    let summary = match &config.policy {
+        None => "none: every authenticated caller may call every tool".to_string(),
+        Some(p) => format!(
+            "default deny; {} rule(s){}",
+            p.rules.len(),
+            p.cedar.as_ref().map_or_else(String::new, |(f, _)| format!(" + Cedar from {}", f.display()))
+        ),
+    };
+    debug_assert_eq!(policy.is_active(), config.policy.is_some());
+    let _ = writeln!(plan, "policy: {summary}");
+    Ok(plan)
+}
+
+fn explain(
+    gateway: &gateway::Gateway,
+    config: &Config,
+    principal: &crate::pipeline::Principal,
+    name: &str,
+) -> Result<String> {
+    let policy =
+        crate::policy::Policy::new(config.policy.as_ref(), config.mutating.clone()).map_err(anyhow::Error::msg)?;
+    let snapshot = gateway.front.catalog.snapshot();
+    let Ok(tool) = snapshot.tool(name) else { bail!("no tool {name:?} in the live catalog (see `gatehouse tools`)") };
+    let decision = policy.decide(principal, tool);
+    let access = if policy.is_mutating(tool) { "a mutation" } else { "a read" };
+    let why = if config.mutating.contains_key(name) {
+        "[tools] override"
+    } else if tool.definition.get("annotations").and_then(|a| a.get("readOnlyHint")).is_some() {
+        "its readOnlyHint"
+    } else {
+        "no readOnlyHint: mutation assumed"
+    };
+    Ok(format!(
+        "{}: {} may {}call {name} ({access}, by {why})\ndecided by: {}\n",
+        if decision.allowed { "ALLOW" } else { "DENY" },
+        principal.id,
+        if decision.allowed { "" } else { "not " },
+        decision.rule
+    ))
 }
 
 fn contracts(config: &Config, command: Contracts) -> Result<String> {
@@ -356,7 +430,13 @@ async fn tools(gateway: &gateway::Gateway, task: Option<&str>) -> Result<String>
     let settings = &front.gate.settings;
     let tail = match task {
         Some(task) => gate::canonical_order(
-            front.gate.rank(&view, task, settings.tail_k, settings.floor).await.into_iter().map(|(i, _)| i).collect(),
+            front
+                .gate
+                .rank(&view, task, settings.tail_k, settings.floor, None)
+                .await
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect(),
         ),
         None => Vec::new(),
     };
@@ -395,7 +475,7 @@ async fn search(gateway: &gateway::Gateway, query: &str, limit: usize) -> Result
     let front = &gateway.front;
     let view = front.gate.view(&front.catalog.snapshot());
     let mut out = String::new();
-    for (rank, (i, score)) in front.gate.rank(&view, query, limit, 0.0).await.into_iter().enumerate() {
+    for (rank, (i, score)) in front.gate.rank(&view, query, limit, 0.0, None).await.into_iter().enumerate() {
         let found = view.found(i, score);
         let _ = writeln!(
             out,

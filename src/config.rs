@@ -16,7 +16,10 @@ use http::{HeaderName, HeaderValue};
 use reqwest::Url;
 
 pub use raw::RawConfig;
-use raw::{RawAuth, RawDuration, RawEmbedding, RawGateway, RawGating, RawJwt, RawStore, RawUpstream, Sp};
+use raw::{
+    RawAuth, RawDuration, RawEmbedding, RawGateway, RawGating, RawJwt, RawPolicy, RawStore, RawToolOverride,
+    RawUpstream, Sp,
+};
 
 /// Where `*_env` keys and `~` are resolved. `Process` in production, `Map` in tests.
 #[derive(Debug, Clone)]
@@ -66,6 +69,37 @@ pub struct Config {
     pub embedding: EmbeddingConfig,
     pub store: StoreConfig,
     pub auth: AuthConfig,
+    /// `None`: no `[policy]` table — every authenticated caller may call every tool.
+    pub policy: Option<PolicyConfig>,
+    /// `[tools."ns__name"] mutating = …`, by exposed name.
+    pub mutating: HashMap<String, bool>,
+}
+
+/// `[policy]`: default deny; rules allow, and deny rules win.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyConfig {
+    pub rules: Vec<Rule>,
+    /// Cedar source from `cedar_file`, and where it came from.
+    pub cedar: Option<(PathBuf, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub id: String,
+    pub allow: bool,
+    pub principals: Vec<String>,
+    pub roles: Vec<String>,
+    pub scopes: Vec<String>,
+    pub namespaces: Vec<String>,
+    pub tools: Vec<String>,
+    pub access: Access,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Any,
+    Read,
+    Mutation,
 }
 
 /// `[auth]`: who may call (SPEC §9 stage 1).
@@ -456,7 +490,14 @@ impl Validator<'_> {
         let gating = self.gating(raw.gating.unwrap_or_default());
         let embedding = self.embedding(raw.embedding.unwrap_or_default());
         let store = self.store(raw.store.unwrap_or_default());
-        Config { gateway, upstreams, rag, gating, embedding, store, auth }
+        let policy = raw.policy.map(|p| self.policy(p));
+        let mutating = raw
+            .tools
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(name, o): (String, RawToolOverride)| Some((name, o.mutating?)))
+            .collect();
+        Config { gateway, upstreams, rag, gating, embedding, store, auth, policy, mutating }
     }
 
     fn gateway(&mut self, g: RawGateway, auth_table: bool) -> GatewayConfig {
@@ -658,6 +699,78 @@ impl Validator<'_> {
             scopes_claim: j.scopes_claim.unwrap_or_else(|| "scope".into()),
             authorization_servers: j.authorization_servers.unwrap_or_default(),
         })
+    }
+
+    fn policy(&mut self, p: RawPolicy) -> PolicyConfig {
+        let mut rules = Vec::new();
+        let mut ids = std::collections::HashSet::new();
+        for (i, r) in p.rules.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("policy.rules[{i}]");
+            let id = r.id.as_ref().map_or_else(|| format!("rule-{i}"), |id| id.value.clone());
+            if !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) || id.is_empty() {
+                self.error(
+                    format!("{at}.id"),
+                    r.id.as_ref().map(|i| i.span.clone()),
+                    "expected letters, digits, '-', '_', '.'",
+                );
+            } else if !ids.insert(id.clone()) {
+                self.error(
+                    format!("{at}.id"),
+                    r.id.as_ref().map(|i| i.span.clone()),
+                    format!("duplicate rule id {id:?}"),
+                );
+            }
+            let allow = match r.effect.value.as_str() {
+                "allow" => true,
+                "deny" => false,
+                other => {
+                    self.error(
+                        format!("{at}.effect"),
+                        Some(r.effect.span.clone()),
+                        format!("expected \"allow\" or \"deny\", got {other:?}"),
+                    );
+                    false
+                }
+            };
+            let access = match r.access.as_ref().map(|a| a.value.as_str()) {
+                None | Some("any") => Access::Any,
+                Some("read") => Access::Read,
+                Some("mutation") => Access::Mutation,
+                Some(other) => {
+                    self.error(
+                        format!("{at}.access"),
+                        r.access.as_ref().map(|a| a.span.clone()),
+                        format!("expected \"read\", \"mutation\" or \"any\", got {other:?}"),
+                    );
+                    Access::Any
+                }
+            };
+            let lists = [&r.principals, &r.roles, &r.scopes, &r.namespaces, &r.tools];
+            if lists.iter().flat_map(|l| l.iter().flatten()).any(|v| v.chars().any(char::is_control)) {
+                self.error(at.clone(), Some(r.effect.span.clone()), "names must not contain control characters");
+            }
+            rules.push(Rule {
+                id,
+                allow,
+                principals: r.principals.unwrap_or_default(),
+                roles: r.roles.unwrap_or_default(),
+                scopes: r.scopes.unwrap_or_default(),
+                namespaces: r.namespaces.unwrap_or_default(),
+                tools: r.tools.unwrap_or_default(),
+                access,
+            });
+        }
+        let cedar = p.cedar_file.and_then(|f| {
+            let path = self.expand_home(&f.value);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Some((path, text)),
+                Err(e) => {
+                    self.error("policy.cedar_file", Some(f.span), format!("cannot read {}: {e}", path.display()));
+                    None
+                }
+            }
+        });
+        PolicyConfig { rules, cedar }
     }
 
     fn store(&mut self, s: RawStore) -> StoreConfig {

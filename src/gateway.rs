@@ -15,6 +15,7 @@ use crate::contracts::{self, Contracts};
 use crate::front::{self, Front};
 use crate::gate;
 use crate::pipeline::Principal;
+use crate::policy::Policy;
 use crate::ranking::cache::VectorCache;
 use crate::ranking::embed::Embedder;
 use crate::ranking::semantic::Semantic;
@@ -33,6 +34,8 @@ pub enum StartError {
     Bind { addr: String, source: std::io::Error },
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("policy: {0}")]
+    Policy(String),
     #[error("store {url}: {source}")]
     Store { url: String, source: crate::store::StoreError },
 }
@@ -84,8 +87,21 @@ impl Gateway {
                 }
             }
         });
-        let front =
-            Arc::new(Front::new(config, catalog.clone(), upstreams, first_loads, metrics, ended_tx, contracts.clone()));
+        let policy =
+            Arc::new(Policy::new(config.policy.as_ref(), config.mutating.clone()).map_err(StartError::Policy)?);
+        if !policy.is_active() {
+            tracing::warn!("no [policy]: every authenticated caller may call every tool");
+        }
+        let parts = front::Parts {
+            catalog: catalog.clone(),
+            upstreams,
+            first_loads,
+            metrics,
+            ended_sessions: ended_tx,
+            contracts: contracts.clone(),
+            policy,
+        };
+        let front = Arc::new(Front::new(config, parts));
         tokio::spawn(contracts::keep_reconciled(contracts, catalog.clone()));
         if let Some(load) = embedder_loader(config) {
             // Loading from here on, so nobody sees "off" before the task runs.

@@ -13,6 +13,7 @@
 //! - [`catalog`]: aggregation, reversible namespacing, fingerprints, routing table.
 //! - [`gate`]: the manifest an agent sees — byte-stable core plus task tail, session tails.
 //! - [`contracts`]: trust-on-first-use tool contracts, drift quarantine and approval.
+//! - [`policy`]: default-deny authorization (TOML rules and Cedar, on Cedar's authorizer).
 //! - [`pipeline`]: `Pipeline::call_tool`, the ordered stages every tool call goes through.
 //! - [`front`]: the agent-facing MCP server (Streamable HTTP both eras, stdio) and ops endpoints.
 //! - [`simulation`]: the prompt-cache simulation benchmark (four tool-exposure policies).
@@ -30,6 +31,7 @@ pub mod front;
 pub mod gate;
 pub mod gateway;
 pub mod pipeline;
+pub mod policy;
 pub mod protocol;
 pub mod ranking;
 pub mod simulation;

@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::catalog::{Catalog, Miss, Route, Tool};
 use crate::contracts::{Contracts, Standing};
 use crate::error::{FieldError, GatewayError};
+use crate::policy::{Decision, Policy};
 use crate::store::AuditEvent;
 use crate::upstream::{Upstream, UpstreamError, Via};
 use audit::Audit;
@@ -41,21 +42,28 @@ pub struct Pipeline {
     catalog: Arc<Catalog>,
     upstreams: Arc<[Arc<Upstream>]>,
     contracts: Arc<Contracts>,
+    policy: Arc<Policy>,
     validator: Validator,
     pub audit: Audit,
 }
 
-/// What stage 2 found: the tool as the catalog has it, and its contract version.
-struct Resolved {
-    tool: Tool,
-    version: String,
+/// What the stages learned, for the audit event (written whatever the outcome).
+#[derive(Default)]
+struct Trail {
+    contract: Option<(String, Arc<str>)>,
+    decision: Option<Decision>,
 }
 
 impl Pipeline {
     /// Starts the audit writer (needs a runtime).
-    pub fn new(catalog: Arc<Catalog>, upstreams: Arc<[Arc<Upstream>]>, contracts: Arc<Contracts>) -> Self {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        upstreams: Arc<[Arc<Upstream>]>,
+        contracts: Arc<Contracts>,
+        policy: Arc<Policy>,
+    ) -> Self {
         let audit = Audit::start(contracts.store().clone());
-        Self { catalog, upstreams, contracts, validator: Validator::default(), audit }
+        Self { catalog, upstreams, contracts, policy, validator: Validator::default(), audit }
     }
 
     /// Runs the stages, then audits the call whatever happened (stage 10 always runs).
@@ -64,18 +72,23 @@ impl Pipeline {
         let principal = req.principal.id.to_string();
         let tool = req.name.to_string();
         let args_hash = audit::arguments_hash(req.params.get("arguments"));
-        let mut contract = None;
-        let result = self.run_stages(req, &mut contract).await;
-        let (contract_version, fingerprint) = contract.map_or((None, None), |(v, f)| (Some(v), Some(f.to_string())));
+        let mut trail = Trail::default();
+        let result = self.run_stages(req, &mut trail).await;
+        let (contract_version, fingerprint) =
+            trail.contract.map_or((None, None), |(v, f)| (Some(v), Some(f.to_string())));
+        let (decision, rule) = match trail.decision {
+            Some(d) => (if d.allowed { "allow" } else { "deny" }, Some(d.rule)),
+            // Refused before a decision (unknown tool, upstream down).
+            None => ("none", None),
+        };
         self.audit.record(AuditEvent {
             at_ms: crate::store::now_ms(),
             principal,
             tool,
             contract_version,
             fingerprint,
-            // No policy stage yet: every authenticated call is allowed to proceed.
-            decision: "allow".into(),
-            rule: None,
+            decision: decision.into(),
+            rule,
             outcome: result.as_ref().map_or_else(GatewayError::class, |_| "ok").into(),
             latency_us: started.elapsed().as_micros() as i64,
             args_hash,
@@ -84,14 +97,19 @@ impl Pipeline {
         result
     }
 
-    async fn run_stages(
-        &self,
-        req: CallRequest<'_>,
-        contract: &mut Option<(String, Arc<str>)>,
-    ) -> Result<Box<RawValue>, GatewayError> {
-        let _principal = req.principal; // 1: authenticated before the body was read
-        let Resolved { tool, version } = self.resolve_tool(req.name)?; // 2: unknown ≡ hidden; drifted refused
-        *contract = Some((version, tool.fingerprint.clone()));
+    async fn run_stages(&self, req: CallRequest<'_>, trail: &mut Trail) -> Result<Box<RawValue>, GatewayError> {
+        let principal = req.principal; // 1: authenticated before the body was read
+        let tool = self.resolve_tool(req.name)?;
+        // 4, decided here: a tool this principal may not call must look unknown to every later
+        // stage (a contract or validation error would reveal that it exists).
+        let decision = self.policy.decide(principal, &tool);
+        let allowed = decision.allowed;
+        trail.decision = Some(decision);
+        if !allowed {
+            return Err(GatewayError::UnknownTool { name: req.name.to_string() });
+        }
+        let version = self.check_contract(&tool)?; // 2: a drifted definition is refused
+        trail.contract = Some((version, tool.fingerprint.clone()));
         let empty = Value::Object(Map::new());
         let arguments = req.params.get("arguments").unwrap_or(&empty);
         self.validator.input(&tool, arguments).map_err(GatewayError::InvalidArguments)?; // 3
@@ -109,19 +127,23 @@ impl Pipeline {
         Ok(raw)
     }
 
-    fn resolve_tool(&self, name: &str) -> Result<Resolved, GatewayError> {
+    fn resolve_tool(&self, name: &str) -> Result<Tool, GatewayError> {
         let snapshot = self.catalog.snapshot();
         let tool = snapshot
             .tool(name)
             .map_err(|miss| miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() }))?;
-        let version = match self.contracts.standing(tool) {
+        Ok(tool.clone())
+    }
+
+    /// The contract version the call runs under, or `contract_drift`.
+    fn check_contract(&self, tool: &Tool) -> Result<String, GatewayError> {
+        match self.contracts.standing(tool) {
             Standing::Drifted { allowed: false, .. } => {
-                return Err(GatewayError::ContractDrift { name: name.to_string() });
+                Err(GatewayError::ContractDrift { name: tool.exposed.to_string() })
             }
-            Standing::Current { version } | Standing::Drifted { version, .. } => version,
-            Standing::FirstUse => crate::contracts::FIRST_VERSION.to_string(),
-        };
-        Ok(Resolved { tool: tool.clone(), version })
+            Standing::Current { version } | Standing::Drifted { version, .. } => Ok(version),
+            Standing::FirstUse => Ok(crate::contracts::FIRST_VERSION.to_string()),
+        }
     }
 
     /// Sends a request to the upstream a route names and maps its failure to the taxonomy.

@@ -35,6 +35,36 @@ pub struct RawConfig {
     pub embedding: Option<RawEmbedding>,
     pub store: Option<RawStore>,
     pub auth: Option<RawAuth>,
+    pub policy: Option<RawPolicy>,
+    /// Per-tool overrides by exposed name: `[tools."ns__name"]`.
+    pub tools: Option<BTreeMap<String, RawToolOverride>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub rules: Option<Vec<RawRule>>,
+    /// Extra policies in Cedar syntax, validated against Gatehouse's schema.
+    pub cedar_file: Option<Sp<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub id: Option<Sp<String>>,
+    pub effect: Sp<String>,
+    pub principals: Option<Vec<String>>,
+    pub roles: Option<Vec<String>>,
+    pub scopes: Option<Vec<String>>,
+    pub namespaces: Option<Vec<String>>,
+    pub tools: Option<Vec<String>>,
+    pub access: Option<Sp<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToolOverride {
+    pub mutating: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

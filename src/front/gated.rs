@@ -39,29 +39,39 @@ impl Front {
             return Err(invalid("params.cursor", "unknown cursor: lists are served as a single page"));
         }
         self.warm_up().await;
-        let view = self.gate.view(&self.catalog.snapshot());
+        let snapshot = self.catalog.snapshot();
+        let view = self.gate.view(&snapshot);
+        // Under a policy, a principal sees only what it may call.
+        let visible = self.gate.visibility(&view, &snapshot, &ctx.principal);
+        let visible = visible.as_deref();
         let settings = &self.gate.settings;
         if !settings.enabled {
-            return Ok(self.tools_reply(ctx, vec![view.full_json.clone()], false));
+            let full = visible.map_or_else(|| view.full_json.clone(), |v| v.full_json.clone());
+            return Ok(self.tools_reply(ctx, vec![full], visible.is_some()));
         }
         let task = TASK_KEYS.iter().find_map(|k| meta.get(*k)).and_then(Value::as_str).filter(|t| !t.trim().is_empty());
         let conversation = self.conversation(ctx, &meta);
         let picks: Vec<usize> = match task {
-            Some(task) => {
-                self.gate.rank(&view, task, settings.tail_k, settings.floor).await.into_iter().map(|(i, _)| i).collect()
-            }
+            Some(task) => self
+                .gate
+                .rank(&view, task, settings.tail_k, settings.floor, visible)
+                .await
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect(),
             None => Vec::new(),
         };
         let tail = match &conversation {
-            Some(key) => self.stable_tail(&view, key, gate::canonical_order(picks)),
+            Some(key) => self.stable_tail(&view, key, gate::canonical_order(picks), visible),
             None => gate::canonical_order(picks),
         };
-        let manifest = view.manifest(tail);
-        let exposed = view.core.len() + manifest.tail.len();
+        let manifest = view.manifest_for(tail, visible);
+        let core_len = visible.map_or(view.core.len(), |v| v.core.len());
+        let exposed = core_len + manifest.tail.len();
         self.metrics.gated(exposed, view.entries.len() - exposed, manifest.withheld_tokens);
-        // A list that depends on the request (task, conversation) must not be shared or kept.
-        let personal = task.is_some() || conversation.is_some();
-        Ok(self.tools_reply(ctx, view.render(&manifest.tail), personal))
+        // A list that depends on the request (task, conversation, caller) must not be shared.
+        let personal = task.is_some() || conversation.is_some() || visible.is_some();
+        Ok(self.tools_reply(ctx, view.render_for(&manifest.tail, visible), personal))
     }
 
     fn tools_reply(&self, ctx: &Ctx, tools: Vec<Bytes>, personal: bool) -> Reply {
@@ -98,14 +108,20 @@ impl Front {
     }
 
     /// Appends `picks` to the conversation's tail and returns the tail's entries in order.
-    fn stable_tail(&self, view: &View, key: &ConversationKey, picks: Vec<usize>) -> Vec<usize> {
+    fn stable_tail(
+        &self,
+        view: &View,
+        key: &ConversationKey,
+        picks: Vec<usize>,
+        visible: Option<&gate::Visibility>,
+    ) -> Vec<usize> {
         let names: Vec<String> = picks.iter().map(|&i| view.entries[i].name.to_string()).collect();
         self.tails
             .extend(key, &names)
             .iter()
             // A tool that left the catalog leaves the tail; the rest keep their places.
             .filter_map(|n| view.index_of(n))
-            .filter(|&i| !view.is_core(i))
+            .filter(|&i| !view.is_core(i) && visible.is_none_or(|v| v.allows(i)))
             .collect()
     }
 
@@ -139,8 +155,10 @@ impl Front {
         if !(1..=50).contains(&limit) {
             return Err(invalid("params.arguments.limit", "expected an integer from 1 to 50"));
         }
-        let view = self.gate.view(&self.catalog.snapshot());
-        let hits = self.gate.rank(&view, &query, limit, 0.0).await;
+        let snapshot = self.catalog.snapshot();
+        let view = self.gate.view(&snapshot);
+        let visible = self.gate.visibility(&view, &snapshot, &ctx.principal);
+        let hits = self.gate.rank(&view, &query, limit, 0.0, visible.as_deref()).await;
         let found: Vec<gate::Found> = hits.iter().map(|&(i, score)| view.found(i, score)).collect();
         // Found tools join the session's tail, and the agent is told its list changed, so
         // clients that re-list see them and keep them.

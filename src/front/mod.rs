@@ -183,16 +183,22 @@ impl From<Box<RawValue>> for Reply {
     }
 }
 
+/// What the front door is built from (the wiring in `gateway` makes these).
+pub struct Parts {
+    pub catalog: Arc<Catalog>,
+    pub upstreams: Arc<[Arc<Upstream>]>,
+    /// One per upstream: true once its first listing is in (or failed).
+    pub first_loads: Vec<watch::Receiver<bool>>,
+    pub metrics: Arc<Metrics>,
+    /// Ended agent sessions, so their per-client upstream sessions close.
+    pub ended_sessions: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
+    pub contracts: Arc<Contracts>,
+    pub policy: Arc<crate::policy::Policy>,
+}
+
 impl Front {
-    pub fn new(
-        config: &Config,
-        catalog: Arc<Catalog>,
-        upstreams: Arc<[Arc<Upstream>]>,
-        first_loads: Vec<watch::Receiver<bool>>,
-        metrics: Arc<Metrics>,
-        ended_sessions: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
-        contracts: Arc<Contracts>,
-    ) -> Self {
+    pub fn new(config: &Config, parts: Parts) -> Self {
+        let Parts { catalog, upstreams, first_loads, metrics, ended_sessions, contracts, policy } = parts;
         let g = &config.gateway;
         let wildcard = matches!(g.host.as_str(), "0.0.0.0" | "::" | "[::]");
         let allowed_hosts = if wildcard && g.allowed_hosts.is_empty() {
@@ -225,11 +231,11 @@ impl Front {
         Self {
             settings,
             auth: Authenticator::new(&g.auth, &config.auth),
-            pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone()),
+            pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone(), policy.clone()),
             catalog,
             upstreams,
             sessions: Sessions::new(g.session_idle_timeout, g.max_sessions, ended_sessions),
-            gate: Arc::new(Gate::new(config, namer, metrics.clone(), contracts.clone())),
+            gate: Arc::new(Gate::new(config, namer, metrics.clone(), contracts.clone(), policy)),
             contracts,
             tails: Tails::new(config.gating.session_tail_max, config.gating.max_conversations),
             metrics,

@@ -23,6 +23,8 @@ use sha2::{Digest, Sha256};
 use crate::catalog::{Catalog, Namer, Snapshot};
 use crate::config::{Config, GatingConfig};
 use crate::contracts::Contracts;
+use crate::pipeline::Principal;
+use crate::policy::Policy;
 use crate::ranking::semantic::Semantic;
 use crate::ranking::{self, Dense, Lexical};
 use crate::telemetry::{Metrics, Ranked};
@@ -91,7 +93,30 @@ pub struct Gate {
     indexing: tokio::sync::watch::Sender<Indexing>,
     /// Tools whose definition drifted from their contract are not shown.
     contracts: Option<Arc<Contracts>>,
+    /// Tools a principal may not call are not shown to it either.
+    policy: Option<Arc<Policy>>,
+    visibility: std::sync::Mutex<lru::LruCache<(u64, u64, Principal), Arc<Visibility>>>,
 }
+
+/// What one principal may see of a view, when a policy is active: the view's core and full
+/// list minus forbidden tools, serialised once per (view, principal) and cached.
+pub struct Visibility {
+    allowed: Vec<bool>,
+    pub core: Vec<usize>,
+    pub core_json: Bytes,
+    pub full_json: Bytes,
+    pub core_tokens: u64,
+    pub all_tokens: u64,
+}
+
+impl Visibility {
+    pub fn allows(&self, index: usize) -> bool {
+        self.allowed.get(index).copied().unwrap_or(false)
+    }
+}
+
+/// Principals whose visibility is kept (per catalog version).
+const VISIBILITY_CACHE: usize = 1024;
 
 /// Where hybrid ranking stands (for `/healthz` and the CLI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -109,11 +134,53 @@ pub enum Indexing {
 }
 
 impl Gate {
-    pub fn new(config: &Config, namer: Namer, metrics: Arc<Metrics>, contracts: Arc<Contracts>) -> Self {
+    pub fn new(
+        config: &Config,
+        namer: Namer,
+        metrics: Arc<Metrics>,
+        contracts: Arc<Contracts>,
+        policy: Arc<Policy>,
+    ) -> Self {
         let pins = config.upstreams.iter().map(|u| (u.namespace.clone(), u.pin.clone())).collect();
         let mut gate = Self::with_settings(config.gating.clone(), config.rag.enabled, pins, namer, metrics);
         gate.contracts = Some(contracts);
+        gate.policy = Some(policy).filter(|p| p.is_active());
         gate
+    }
+
+    /// What `principal` may see of `view`, or None when no policy restricts anything.
+    pub fn visibility(&self, view: &View, snapshot: &Snapshot, principal: &Principal) -> Option<Arc<Visibility>> {
+        let policy = self.policy.as_ref()?;
+        let key = (view.version, view.contracts_generation, principal.clone());
+        if let Some(hit) = self.visibility.lock().expect("visibility lock poisoned").get(&key) {
+            return Some(hit.clone());
+        }
+        // The gateway's own tools are always visible; catalog tools as the policy decides.
+        let allowed: Vec<bool> = view
+            .entries
+            .iter()
+            .map(|e| snapshot.tool(&e.name).map_or(true, |tool| policy.decide(principal, tool).allowed))
+            .collect();
+        let core: Vec<usize> = view.core.iter().copied().filter(|&i| allowed[i]).collect();
+        let join = |indices: &mut dyn Iterator<Item = usize>| {
+            indices.map(|i| &view.entries[i].json[..]).collect::<Vec<_>>().join(&b","[..])
+        };
+        let core_json = Bytes::from(join(&mut core.iter().copied()));
+        let mut full = b"[".to_vec();
+        full.extend(join(&mut (0..view.entries.len()).filter(|&i| allowed[i])));
+        full.push(b']');
+        let tokens =
+            |indices: &mut dyn Iterator<Item = usize>| indices.map(|i| u64::from(view.entries[i].tokens)).sum();
+        let visibility = Arc::new(Visibility {
+            core_tokens: tokens(&mut core.iter().copied()),
+            all_tokens: tokens(&mut (0..view.entries.len()).filter(|&i| allowed[i])),
+            allowed,
+            core,
+            core_json,
+            full_json: Bytes::from(full),
+        });
+        self.visibility.lock().expect("visibility lock poisoned").put(key, visibility.clone());
+        Some(visibility)
     }
 
     /// A gate without a whole config (benchmarks, simulations).
@@ -134,6 +201,10 @@ impl Gate {
             semantic: OnceLock::new(),
             indexing: tokio::sync::watch::Sender::new(Indexing::Off),
             contracts: None,
+            policy: None,
+            visibility: std::sync::Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(VISIBILITY_CACHE).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
         }
     }
 
@@ -161,21 +232,29 @@ impl Gate {
 
     /// The best non-core tools for `task` above `floor`, best first: hybrid when the view's
     /// tools are embedded and the task can be, otherwise BM25 — never an error.
-    pub async fn rank(&self, view: &View, task: &str, k: usize, floor: f32) -> Vec<(usize, f32)> {
+    /// Only tools `visible` allows are returned (the principal's view under a policy).
+    pub async fn rank(
+        &self,
+        view: &View,
+        task: &str,
+        k: usize,
+        floor: f32,
+        visible: Option<&Visibility>,
+    ) -> Vec<(usize, f32)> {
         let dense = self.semantic.get().and_then(|s| Some((s, s.vectors(view.version)?)));
         let Some((semantic, dense)) = dense else {
             self.metrics.ranked(Ranked::Bm25);
-            return view.rank(task, k, floor);
+            return view.rank_visible(task, k, floor, visible);
         };
         match semantic.query(task).await {
             Ok(query) => {
                 self.metrics.ranked(Ranked::Hybrid);
-                view.rank_hybrid(task, &query, &dense, k, floor)
+                view.rank_hybrid(task, &query, &dense, k, floor, visible)
             }
             Err(e) => {
                 tracing::warn!(error = %e, model = semantic.model(), "task embedding failed; ranking with BM25 alone");
                 self.metrics.ranked(Ranked::Fallback);
-                view.rank(task, k, floor)
+                view.rank_visible(task, k, floor, visible)
             }
         }
     }
@@ -325,43 +404,77 @@ impl View {
 
     /// The best non-core tools for `task` above `floor` by BM25, best first.
     pub fn rank(&self, task: &str, k: usize, floor: f32) -> Vec<(usize, f32)> {
-        self.non_core(self.ranker.search(task, k + self.core.len()), k, floor)
+        self.rank_visible(task, k, floor, None)
+    }
+
+    /// [`View::rank`] among the tools `visible` allows.
+    pub fn rank_visible(&self, task: &str, k: usize, floor: f32, visible: Option<&Visibility>) -> Vec<(usize, f32)> {
+        // Forbidden tools are skipped after ranking, so look deeper when some may be.
+        let depth = if visible.is_some() { (k + self.core.len()).max(HYBRID_DEPTH) } else { k + self.core.len() };
+        self.non_core(self.ranker.search(task, depth), k, floor, visible)
     }
 
     /// [`View::rank`] fusing BM25 with cosine similarity to `query` (the task's embedding) over
     /// `dense` (this view's tool vectors). The floor applies to the fused relevance.
-    pub fn rank_hybrid(&self, task: &str, query: &[f32], dense: &Dense, k: usize, floor: f32) -> Vec<(usize, f32)> {
+    pub fn rank_hybrid(
+        &self,
+        task: &str,
+        query: &[f32],
+        dense: &Dense,
+        k: usize,
+        floor: f32,
+        visible: Option<&Visibility>,
+    ) -> Vec<(usize, f32)> {
         // Fusion needs more than k candidates from each side: a tool second on both lists
         // can beat one first on only one of them.
         let depth = (k + self.core.len()).max(HYBRID_DEPTH);
         let fused =
             ranking::fuse(&self.ranker.search(task, depth), &dense.search(query, depth), ranking::DENSE_WEIGHT, depth);
-        self.non_core(fused, k, floor)
+        self.non_core(fused, k, floor, visible)
     }
 
-    fn non_core(&self, hits: Vec<ranking::Hit>, k: usize, floor: f32) -> Vec<(usize, f32)> {
+    fn non_core(
+        &self,
+        hits: Vec<ranking::Hit>,
+        k: usize,
+        floor: f32,
+        visible: Option<&Visibility>,
+    ) -> Vec<(usize, f32)> {
         hits.into_iter()
             .filter(|hit| hit.relevance >= floor)
             .map(|hit| (self.ranked[hit.index], hit.relevance))
-            .filter(|(i, _)| !self.is_core(*i))
+            .filter(|(i, _)| !self.is_core(*i) && visible.is_none_or(|v| v.allows(*i)))
             .take(k)
             .collect()
     }
 
-    /// The manifest for a tail: token accounting for what was shown and withheld.
+    /// The manifest for a tail: token accounting for what was shown and withheld (of what the
+    /// principal may see).
     pub fn manifest(&self, tail: Vec<usize>) -> Manifest {
+        self.manifest_for(tail, None)
+    }
+
+    pub fn manifest_for(&self, tail: Vec<usize>, visible: Option<&Visibility>) -> Manifest {
+        let (core_tokens, all_tokens) =
+            visible.map_or((self.core_tokens, self.all_tokens), |v| (v.core_tokens, v.all_tokens));
         let tail_tokens: u64 = tail.iter().map(|&i| u64::from(self.entries[i].tokens)).sum();
-        let exposed_tokens = self.core_tokens + tail_tokens;
-        Manifest { tail, exposed_tokens, withheld_tokens: self.all_tokens - exposed_tokens }
+        let exposed_tokens = core_tokens + tail_tokens;
+        Manifest { tail, exposed_tokens, withheld_tokens: all_tokens.saturating_sub(exposed_tokens) }
     }
 
     /// `[core…, tail…]` as chunks that share the view's bytes.
     pub fn render(&self, tail: &[usize]) -> Vec<Bytes> {
+        self.render_for(tail, None)
+    }
+
+    /// [`View::render`] with the principal's core when a policy restricts it.
+    pub fn render_for(&self, tail: &[usize], visible: Option<&Visibility>) -> Vec<Bytes> {
+        let core_json = visible.map_or(&self.core_json, |v| &v.core_json);
         let mut chunks = Vec::with_capacity(2 + tail.len() * 2);
         chunks.push(Bytes::from_static(b"["));
-        let mut first = self.core_json.is_empty();
+        let mut first = core_json.is_empty();
         if !first {
-            chunks.push(self.core_json.clone());
+            chunks.push(core_json.clone());
         }
         for &i in tail {
             if !first {

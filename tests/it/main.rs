@@ -11,6 +11,7 @@ mod front_modern;
 mod gating;
 mod health;
 mod interop;
+mod policy;
 mod ranking;
 mod relays;
 mod rest;
