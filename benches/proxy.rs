@@ -121,7 +121,9 @@ async fn start_gateway(upstream: &str, extra: &str) -> Gateway {
     std::fs::write(
         &config,
         format!(
-            "[gateway]\nport = 0\nauth_disabled = true\nlog_format = \"text\"\ncold_start_wait = \"60s\"\n{extra}\n[[upstreams]]\nnamespace = \"fast\"\nurl = \"{upstream}\"\n"
+            "[gateway]\nport = 0\n{}log_format = \"text\"\ncold_start_wait = \"60s\"\n{extra}\n[[upstreams]]\nnamespace = \"fast\"\nurl = \"{upstream}\"\n",
+            // Configs that bring their own [auth] keep it on.
+            if extra.contains("[auth.") { "" } else { "auth_disabled = true\n" }
         ),
     )
     .unwrap();
@@ -152,10 +154,11 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder().pool_max_idle_per_host(64).tcp_nodelay(true).build().unwrap()
 }
 
-async fn initialize(http: &reqwest::Client, url: &str) -> String {
+async fn initialize(http: &reqwest::Client, url: &str, token: Option<&str>) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
     let response = http
         .post(url)
+        .header("authorization", format!("Bearer {}", token.unwrap_or("none")))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .body(body.to_string())
@@ -191,8 +194,21 @@ fn call(name: &'static str) -> Params {
 }
 
 async fn load(url: &str, concurrency: usize, method: &'static str, params: Params, proxy: Option<u32>) -> Figures {
+    load_as(url, None, concurrency, method, params, proxy).await
+}
+
+/// [`load`] with a bearer token on every request.
+async fn load_as(
+    url: &str,
+    token: Option<&str>,
+    concurrency: usize,
+    method: &'static str,
+    params: Params,
+    proxy: Option<u32>,
+) -> Figures {
     let http = client();
-    let session = initialize(&http, url).await;
+    let session = initialize(&http, url, token).await;
+    let authorization = format!("Bearer {}", token.unwrap_or("none"));
     let sent_total = Arc::new(AtomicU64::new(0));
     let cpu_before = proxy.and_then(cpu_ticks);
     let next_id = Arc::new(AtomicU64::new(1));
@@ -201,8 +217,8 @@ async fn load(url: &str, concurrency: usize, method: &'static str, params: Param
     let end = measure_from + MEASURE;
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (http, url, session, next_id, params) =
-            (http.clone(), url.to_string(), session.clone(), next_id.clone(), params.clone());
+        let (http, url, session, next_id, params, authorization) =
+            (http.clone(), url.to_string(), session.clone(), next_id.clone(), params.clone(), authorization.clone());
         let sent_total = sent_total.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(100_000);
@@ -216,6 +232,7 @@ async fn load(url: &str, concurrency: usize, method: &'static str, params: Param
                     .header("accept", "application/json, text/event-stream")
                     .header("mcp-session-id", &session)
                     .header("mcp-protocol-version", "2025-11-25")
+                    .header("authorization", &authorization)
                     .body(body)
                     .send()
                     .await
@@ -346,6 +363,11 @@ async fn main() {
     if let Some(i) = args.iter().position(|a| a == "--plain-forwarder") {
         return plain_forwarder(args[i + 1].clone()).await;
     }
+    if args.iter().any(|a| a == "pipeline") {
+        // `cargo bench --bench proxy -- pipeline`: only the pipeline and audit rows.
+        pipeline_overhead(&start_upstream(3).await).await;
+        return audit_throughput().await;
+    }
     if args.iter().any(|a| a == "hybrid") {
         // `cargo bench --bench proxy -- hybrid`: only the hybrid gating rows.
         return hybrid_gating(&start_upstream_with(bfcl_tools(10_000)).await).await;
@@ -416,6 +438,91 @@ async fn main() {
     );
 
     hybrid_gating(&huge).await;
+    pipeline_overhead(&upstream).await;
+    audit_throughput().await;
+}
+
+/// Every execution stage on (EdDSA JWT verified per request, contract lookup, schema
+/// validation, a Cedar policy decision, audit enqueue into SQLite) against the minimal path
+/// (no auth, no policy; contract lookup and audit are always on), same harness.
+async fn pipeline_overhead(upstream: &str) {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/fixtures");
+    let full = format!(
+        "[auth.jwt]\nissuer = \"https://idp.bench\"\naudience = \"gatehouse\"\n\
+         keys = [{{ kid = \"k1\", file = \"{fixtures}/jwt-issuer.pub.pem\" }}]\n\
+         [[policy.rules]]\neffect = \"allow\"\nroles = [\"bench\"]\nnamespaces = [\"fast\"]\n\
+         [[policy.rules]]\neffect = \"deny\"\ntools = [\"fast__tool_00002\"]\n\
+         [[policy.rules]]\neffect = \"deny\"\nroles = [\"suspended\"]\n"
+    );
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = json!({"iss": "https://idp.bench", "aud": "gatehouse", "sub": "bench", "iat": now, "exp": now + 3600, "roles": ["bench"]});
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("k1".into());
+    let key = std::fs::read(format!("{fixtures}/jwt-issuer.key.pem")).unwrap();
+    let token = jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_ed_pem(&key).unwrap()).unwrap();
+
+    let minimal = start_gateway(upstream, "").await;
+    let guarded = start_gateway(upstream, &full).await;
+    println!("\npipeline (tools/call, concurrency 1)     req/s    p50 µs    p99 µs   CPU/req");
+    let mut rows = Vec::new();
+    for (label, gateway, token) in
+        [("minimal path", &minimal, None), ("every stage on", &guarded, Some(token.as_str()))]
+    {
+        let f = load_as(&gateway.url, token, 1, "tools/call", call("fast__tool_00001"), gateway.pid()).await;
+        let cpu = f.cpu_per_request.map_or_else(|| "-".to_string(), |d| format!("{:.0} µs", us(d)));
+        println!("  {label:<34} {:>9.0} {:>9.0} {:>9.0}   {cpu:>7}", f.rps, us(f.p50), us(f.p99));
+        rows.push(f);
+    }
+    println!(
+        "  added by JWT + schema + policy: {:+.0} µs at p50, {:+.0} µs CPU per call (target: <= 25 µs at p50)",
+        us(rows[1].p50) - us(rows[0].p50),
+        rows[1].cpu_per_request.zip(rows[0].cpu_per_request).map_or(0.0, |(a, b)| us(a) - us(b))
+    );
+}
+
+/// Audit events written per second in batches of 512, into SQLite (a file, WAL) and into the
+/// PostgreSQL at $TEST_DATABASE_URL (a throwaway schema) when set.
+async fn audit_throughput() {
+    use gatehouse::store::{AuditEvent, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let mut targets = vec![("SQLite (file, WAL)", format!("sqlite://{}/audit.db", dir.path().display()), None)];
+    if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
+        let schema = format!("gatehouse_bench_{}", std::process::id());
+        let admin = sqlx::PgPool::connect(&url).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.unwrap();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        targets.push(("PostgreSQL", format!("{url}{sep}options=-c%20search_path%3D{schema}"), Some((admin, schema))));
+    } else {
+        println!("(TEST_DATABASE_URL not set: the PostgreSQL audit row is skipped)");
+    }
+    println!("\naudit throughput (batches of 512)");
+    for (label, url, cleanup) in targets {
+        let store = Store::open(&url).await.unwrap();
+        let event = |i: i64| AuditEvent {
+            at_ms: i,
+            principal: "bench".into(),
+            tool: "fast__tool_00001".into(),
+            contract_version: Some("1.0.0".into()),
+            fingerprint: Some("0".repeat(64)),
+            decision: "allow".into(),
+            rule: Some("rule-0".into()),
+            outcome: "ok".into(),
+            latency_us: 100,
+            args_hash: Some("1".repeat(64)),
+            trace_id: None,
+        };
+        let batch: Vec<AuditEvent> = (0..512).map(event).collect();
+        let started = Instant::now();
+        let mut written = 0u64;
+        while started.elapsed() < Duration::from_secs(3) {
+            store.append_audit(&batch).await.unwrap();
+            written += batch.len() as u64;
+        }
+        println!("  {label:<22} {:>9.0} events/s", written as f64 / started.elapsed().as_secs_f64());
+        if let Some((admin, schema)) = cleanup {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.unwrap();
+        }
+    }
 }
 
 /// The same 10,000 tools ranked by hybrid BM25 + all-MiniLM-L6-v2 (needs `scripts/fetch-model`):

@@ -7,7 +7,11 @@
 //! Knows principals and tools, not the wire: a denial is turned into "unknown tool" by callers.
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroUsize;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
 
 use cedar_policy::{
     Authorizer, Context, Decision as CedarDecision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
@@ -38,7 +42,12 @@ pub struct Policy {
     rules: Option<Rules>,
     /// Operator overrides of read vs mutation, by exposed name.
     mutating: HashMap<String, bool>,
+    /// Decisions by (principal, tool, definition fingerprint): everything a decision depends
+    /// on, so a hit is exact. Building Cedar entities per call costs tens of microseconds.
+    decided: Mutex<LruCache<(Principal, Arc<str>, Arc<str>), Decision>>,
 }
+
+const DECISION_CACHE: usize = 65_536;
 
 struct Rules {
     set: PolicySet,
@@ -50,7 +59,8 @@ struct Rules {
 impl Policy {
     /// Compiles and validates. Errors are for the operator: rule ids and Cedar's messages.
     pub fn new(config: Option<&PolicyConfig>, mutating: HashMap<String, bool>) -> Result<Self, String> {
-        let Some(config) = config else { return Ok(Self { rules: None, mutating }) };
+        let decided = Mutex::new(LruCache::new(NonZeroUsize::new(DECISION_CACHE).unwrap_or(NonZeroUsize::MIN)));
+        let Some(config) = config else { return Ok(Self { rules: None, mutating, decided }) };
         let (schema, _) = Schema::from_cedarschema_str(SCHEMA).map_err(|e| format!("policy schema: {e}"))?;
         let mut set = PolicySet::new();
         for rule in &config.rules {
@@ -70,7 +80,7 @@ impl Policy {
             return Err(format!("policies do not validate against the schema: {}", errors.join("; ")));
         }
         let action = EntityUid::from_type_name_and_id(type_name("Action"), EntityId::new("call"));
-        Ok(Self { rules: Some(Rules { set, schema, authorizer: Authorizer::new(), action }), mutating })
+        Ok(Self { rules: Some(Rules { set, schema, authorizer: Authorizer::new(), action }), mutating, decided })
     }
 
     pub fn is_active(&self) -> bool {
@@ -89,8 +99,15 @@ impl Policy {
 
     pub fn decide(&self, principal: &Principal, tool: &Tool) -> Decision {
         let Some(rules) = &self.rules else { return Decision { allowed: true, rule: "no-policy".into() } };
+        let key = (principal.clone(), tool.exposed.clone(), tool.fingerprint.clone());
+        if let Some(hit) = self.decided.lock().expect("decision cache poisoned").get(&key) {
+            return hit.clone();
+        }
         match rules.evaluate(principal, tool, self.is_mutating(tool)) {
-            Ok(decision) => decision,
+            Ok(decision) => {
+                self.decided.lock().expect("decision cache poisoned").put(key, decision.clone());
+                decision
+            }
             Err(e) => {
                 // Cannot happen for validated policies and well-formed entities; deny if it does.
                 tracing::error!(error = %e, tool = %tool.exposed, "policy evaluation failed: denied");
