@@ -66,6 +66,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Issue an EdDSA JWT for testing or small deployments (signs with a PEM private key)
+    Token {
+        /// Ed25519 private key, PEM (`openssl genpkey -algorithm ed25519`)
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        kid: String,
+        #[arg(long)]
+        issuer: String,
+        #[arg(long)]
+        audience: String,
+        /// The principal (`sub`)
+        #[arg(long)]
+        subject: String,
+        #[arg(long = "role")]
+        roles: Vec<String>,
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Lifetime in seconds
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+    },
     /// Benchmarks that print their figures
     #[command(subcommand)]
     Bench(Bench),
@@ -153,8 +175,12 @@ enum Bench {
 /// Parses the command line and runs it. Exit codes: 0 ok, 1 failure, 2 bad usage or config.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::Bench(bench)) = cli.command {
-        return report(run_bench(bench), 2);
+    match cli.command {
+        Some(Command::Bench(bench)) => return report(run_bench(bench), 2),
+        Some(Command::Token { key, kid, issuer, audience, subject, roles, scopes, ttl }) => {
+            return report(token(&key, kid, &issuer, &audience, &subject, (roles, scopes), ttl), 2);
+        }
+        _ => {}
     }
     let path = cli.config.clone().or_else(|| {
         ["GATEHOUSE_CONFIG", "PANDA_GATEWAY_CONFIG"].iter().find_map(|k| std::env::var_os(k).map(PathBuf::from))
@@ -190,7 +216,7 @@ pub fn run() -> ExitCode {
             audit(&config, crate::store::AuditQuery { principal, tool, outcome, since_ms: None, limit }, since, json),
             1,
         ),
-        Command::Bench(_) => unreachable!("handled before loading a config"),
+        Command::Bench(_) | Command::Token { .. } => unreachable!("handled before loading a config"),
     }
 }
 
@@ -252,6 +278,28 @@ fn audit(config: &Config, mut query: crate::store::AuditQuery, since: Option<Str
         let _ = writeln!(out, "{} event(s)", events.len());
         Ok(out)
     })
+}
+
+/// `gatehouse token`: a signed EdDSA JWT with the claims Gatehouse checks.
+fn token(
+    key: &Path,
+    kid: String,
+    issuer: &str,
+    audience: &str,
+    subject: &str,
+    (roles, scopes): (Vec<String>, Vec<String>),
+    ttl: u64,
+) -> Result<String> {
+    let pem = std::fs::read(key).with_context(|| format!("reading {}", key.display()))?;
+    let key = jsonwebtoken::EncodingKey::from_ed_pem(&pem).context("--key: expected an Ed25519 private key in PEM")?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let claims = serde_json::json!({
+        "iss": issuer, "aud": audience, "sub": subject, "iat": now, "exp": now + ttl,
+        "roles": roles, "scope": scopes.join(" "),
+    });
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some(kid);
+    Ok(format!("{}\n", jsonwebtoken::encode(&header, &claims, &key)?))
 }
 
 /// `gatehouse check`: the plan, after compiling the policy (its errors are config errors).

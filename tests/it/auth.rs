@@ -65,6 +65,15 @@ async fn tokens_and_jwts_become_principals_and_a_401_points_at_the_metadata() {
     let mut alice = Legacy::new(&gw.url).with_token(&jwt(claims("alice", 300)));
     alice.initialize().await;
     assert!(alice.call_tool("fake__echo", json!({"message": "2"})).await.get("result").is_some());
+    // `gatehouse token` issues what the gateway accepts.
+    let minted = std::process::Command::new(BIN)
+        .args(["token", "--key", &format!("{FIXTURES}/jwt-issuer.key.pem"), "--kid", "k1"])
+        .args(["--issuer", "https://idp.test", "--audience", "gatehouse", "--subject", "carol", "--role", "dev"])
+        .output()
+        .unwrap();
+    assert!(minted.status.success(), "{}", String::from_utf8_lossy(&minted.stderr));
+    let mut carol = Legacy::new(&gw.url).with_token(String::from_utf8_lossy(&minted.stdout).trim());
+    carol.initialize().await;
 
     // Expired, or signed by another key: refused, and nothing reaches the upstream.
     let calls = up.hit_count("tools/call");
