@@ -131,3 +131,21 @@ async fn an_invalid_policy_is_refused_at_check_with_the_reason() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("invalid policy") && err.contains("nmae"), "{err}");
 }
+
+/// DESIGN §5's order pins: no credentials beats everything else, whatever the body says.
+#[tokio::test]
+async fn unauthenticated_beats_unknown_tools_and_invalid_arguments() {
+    let store = tempfile::tempdir().unwrap();
+    let (up, gw, _) = gateway(store.path()).await;
+    let anonymous = Legacy::new(&gw.url);
+    for (name, arguments) in
+        [("fake__search", json!("not an object")), ("fake__nosuch", json!({})), ("fake__write", json!({}))]
+    {
+        let reply = anonymous
+            .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}))
+            .await;
+        assert_eq!(reply.status, 401, "{name}: {}", reply.body);
+        assert_eq!(reply.json()["error"]["data"]["_meta"]["gatehouse/error"], "unauthenticated");
+    }
+    assert_eq!(up.hit_count("tools/call"), 0);
+}
