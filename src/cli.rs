@@ -113,7 +113,11 @@ enum PolicyCommand {
 #[derive(Subcommand)]
 enum Contracts {
     /// Every pinned contract, with its version and whether a drift awaits approval
-    List,
+    List {
+        /// One JSON object per contract (full fingerprints and definitions)
+        #[arg(long)]
+        json: bool,
+    },
     /// What changed in a drifted tool's definition (pinned vs now)
     Diff { name: String },
     /// Accept a drifted tool's new definition as its contract (next major version)
@@ -355,7 +359,12 @@ fn contracts(config: &Config, command: Contracts) -> Result<String> {
             .with_context(|| format!("opening the store {}", crate::config::redact_url(&config.store.url)))?;
         let mut out = String::new();
         match command {
-            Contracts::List => {
+            Contracts::List { json: true } => {
+                for c in store.contracts().await? {
+                    let _ = writeln!(out, "{}", serde_json::to_string(&c)?);
+                }
+            }
+            Contracts::List { json: false } => {
                 let all = store.contracts().await?;
                 let _ = writeln!(out, "{:<48} {:>8}  {:<14} status", "tool", "version", "fingerprint");
                 for c in &all {

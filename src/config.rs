@@ -73,6 +73,16 @@ pub struct Config {
     pub policy: Option<PolicyConfig>,
     /// `[tools."ns__name"] mutating = …`, by exposed name.
     pub mutating: HashMap<String, bool>,
+    /// `[[contracts]]`: tools pinned by the operator to an exact version and fingerprint.
+    pub contracts: Vec<DeclaredContract>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredContract {
+    pub namespace: String,
+    pub tool: String,
+    pub version: String,
+    pub fingerprint: String,
 }
 
 /// `[policy]`: default deny; rules allow, and deny rules win.
@@ -497,7 +507,8 @@ impl Validator<'_> {
             .into_iter()
             .filter_map(|(name, o): (String, RawToolOverride)| Some((name, o.mutating?)))
             .collect();
-        Config { gateway, upstreams, rag, gating, embedding, store, auth, policy, mutating }
+        let contracts = self.contracts(raw.contracts.unwrap_or_default(), &upstreams);
+        Config { gateway, upstreams, rag, gating, embedding, store, auth, policy, mutating, contracts }
     }
 
     fn gateway(&mut self, g: RawGateway, auth_table: bool) -> GatewayConfig {
@@ -699,6 +710,42 @@ impl Validator<'_> {
             scopes_claim: j.scopes_claim.unwrap_or_else(|| "scope".into()),
             authorization_servers: j.authorization_servers.unwrap_or_default(),
         })
+    }
+
+    fn contracts(&mut self, raw: Vec<raw::RawContract>, upstreams: &[UpstreamConfig]) -> Vec<DeclaredContract> {
+        let mut out = Vec::new();
+        for (i, c) in raw.into_iter().enumerate() {
+            let at = format!("contracts[{i}]");
+            if !upstreams.iter().any(|u| u.namespace == c.namespace.value) {
+                self.error(
+                    format!("{at}.namespace"),
+                    Some(c.namespace.span.clone()),
+                    format!("no upstream has namespace {:?}", c.namespace.value),
+                );
+            }
+            if semver::Version::parse(&c.version.value).is_err() {
+                self.error(
+                    format!("{at}.version"),
+                    Some(c.version.span.clone()),
+                    format!("expected an exact SemVer version such as \"1.2.0\", got {:?}", c.version.value),
+                );
+            }
+            let fp = c.fingerprint.value.to_ascii_lowercase();
+            if fp.len() != 64 || !fp.chars().all(|ch| ch.is_ascii_hexdigit()) {
+                self.error(
+                    format!("{at}.fingerprint"),
+                    Some(c.fingerprint.span.clone()),
+                    "expected 64 hex digits (SHA-256; `gatehouse contracts list --json` shows them)",
+                );
+            }
+            out.push(DeclaredContract {
+                namespace: c.namespace.value,
+                tool: c.tool.value,
+                version: c.version.value,
+                fingerprint: fp,
+            });
+        }
+        out
     }
 
     fn policy(&mut self, p: RawPolicy) -> PolicyConfig {

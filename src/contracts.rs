@@ -14,12 +14,15 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::catalog::{Catalog, Snapshot, Tool};
-use crate::config::DriftPolicy;
+use crate::catalog::{Catalog, Namer, Snapshot, Tool};
+use crate::config::{DeclaredContract, DriftPolicy};
 use crate::store::{self, Contract, Drift, Store, StoreError};
 
 /// The version a tool gets when it is first pinned; an approved drift moves to the next major.
 pub const FIRST_VERSION: &str = "1.0.0";
+
+/// The stored definition of a contract declared in config before its tool was seen.
+const DECLARED: &str = "\"(declared in config)\"";
 
 #[derive(Debug, Clone)]
 struct Pinned {
@@ -52,8 +55,40 @@ pub struct Contracts {
 }
 
 impl Contracts {
-    /// Loads every pinned contract; called before the gateway serves.
-    pub async fn load(store: Store, policies: HashMap<String, DriftPolicy>) -> Result<Self, StoreError> {
+    /// Loads every pinned contract; called before the gateway serves. Contracts declared in
+    /// config are written first: the operator's version and fingerprint override whatever was
+    /// pinned before (to change one, change the config).
+    pub async fn load(
+        store: Store,
+        policies: HashMap<String, DriftPolicy>,
+        declared: &[DeclaredContract],
+        namer: &Namer,
+    ) -> Result<Self, StoreError> {
+        let now = store::now_ms();
+        for d in declared {
+            let exposed = namer.expose(&d.namespace, &d.tool);
+            let contract = Contract {
+                namespace: d.namespace.clone(),
+                tool: d.tool.clone(),
+                exposed: exposed.clone(),
+                version: d.version.clone(),
+                fingerprint: d.fingerprint.clone(),
+                definition: DECLARED.into(),
+                drift: None,
+                pinned_ms: now,
+                updated_ms: now,
+            };
+            match store.contract(&exposed).await? {
+                None => {
+                    store.pin(&contract).await?;
+                }
+                Some(c) if c.fingerprint != d.fingerprint || c.version != d.version => {
+                    let pinned = Drift { fingerprint: d.fingerprint.clone(), definition: DECLARED.into() };
+                    store.repin(&exposed, &d.version, &pinned, now).await?;
+                }
+                Some(_) => {}
+            }
+        }
         let contracts =
             Self { store, policies, pinned: RwLock::new(HashMap::new()), generation: watch::Sender::new(0) };
         contracts.reload().await?;

@@ -52,7 +52,9 @@ impl Gateway {
         let store = Store::open(&config.store.url).await.map_err(store_error)?;
         let policies = config.upstreams.iter().map(|u| (u.namespace.clone(), u.drift)).collect();
         // Pins are loaded before anything is served, so a drifted tool is refused from the start.
-        let contracts = Arc::new(Contracts::load(store, policies).await.map_err(store_error)?);
+        let namer = Namer::new(&config.gateway.separator, config.prefixed());
+        let contracts =
+            Arc::new(Contracts::load(store, policies, &config.contracts, &namer).await.map_err(store_error)?);
         let metrics = Arc::new(Metrics::new());
         let max_response = config.gateway.max_response_bytes;
         let upstreams: Vec<Arc<Upstream>> = config
@@ -66,7 +68,6 @@ impl Gateway {
             })
             .collect::<Result<_, _>>()?;
         let upstreams: Arc<[Arc<Upstream>]> = upstreams.into();
-        let namer = Namer::new(&config.gateway.separator, config.prefixed());
         let catalog = Arc::new(Catalog::new(namer, config.upstreams.iter().map(|u| u.namespace.clone()).collect()));
 
         let mut first_loads = Vec::new();

@@ -36,8 +36,19 @@ pub struct RawConfig {
     pub store: Option<RawStore>,
     pub auth: Option<RawAuth>,
     pub policy: Option<RawPolicy>,
+    pub contracts: Option<Vec<RawContract>>,
     /// Per-tool overrides by exposed name: `[tools."ns__name"]`.
     pub tools: Option<BTreeMap<String, RawToolOverride>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawContract {
+    pub namespace: Sp<String>,
+    /// The upstream's own tool name.
+    pub tool: Sp<String>,
+    pub version: Sp<String>,
+    pub fingerprint: Sp<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -174,3 +174,60 @@ async fn every_call_is_audited_without_its_payload_and_nothing_is_lost_on_shutdo
         assert!(!bytes.windows(18).any(|w| w == b"secret-payload-123"), "arguments leaked into the store");
     }
 }
+
+#[tokio::test]
+async fn a_contract_declared_in_config_pins_an_exact_version_and_fingerprint() {
+    let store = tempfile::tempdir().unwrap();
+    let up =
+        FakeUpstream::new().tool_def(echo_def("Echo text back."), echo()).tool_def(add_def(), echo()).start().await;
+    let plain = config(store.path(), &up.url(), "");
+    // Learn the fingerprint the way an operator would: from a first run.
+    let gw = TestGateway::start(&plain).await;
+    wait_for(&Legacy::connect(&gw.url).await, "both tools", |n| n.len() == 2).await;
+    let mut fingerprint = String::new();
+    for _ in 0..100 {
+        let (_, listed, _) = gatehouse(&plain, &["contracts", "list", "--json"]).await;
+        if let Some(c) =
+            listed.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|c| c["exposed"] == "fake__echo")
+        {
+            fingerprint = c["fingerprint"].as_str().unwrap().to_string();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fingerprint.len(), 64);
+    drop(gw);
+
+    let declare = |fp: &str| {
+        format!(
+            "{plain}\n[[contracts]]\nnamespace = \"fake\"\ntool = \"echo\"\nversion = \"3.1.0\"\nfingerprint = \"{fp}\"\n"
+        )
+    };
+    let gw = TestGateway::start(&declare(&fingerprint)).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "both tools", |n| n.len() == 2).await;
+    let (_, listed, _) = gatehouse(&declare(&fingerprint), &["contracts", "list"]).await;
+    assert!(listed.lines().any(|l| l.starts_with("fake__echo") && l.contains("3.1.0")), "{listed}");
+    drop(gw);
+
+    // A declared fingerprint the upstream does not match: the tool is quarantined.
+    let wrong = declare(&"ab".repeat(32));
+    let gw = TestGateway::start(&wrong).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "only add", |n| n == ["fake__add"]).await;
+    let refused = client.call_tool("fake__echo", json!({})).await;
+    assert_eq!(refused["error"]["data"]["_meta"]["gatehouse/error"], "contract_drift");
+
+    let bad = format!(
+        "{plain}\n[[contracts]]\nnamespace = \"nope\"\ntool = \"echo\"\nversion = \"3\"\nfingerprint = \"xyz\"\n"
+    );
+    let (ok, _, err) = gatehouse(&bad, &["check"]).await;
+    assert!(!ok);
+    for expected in [
+        "contracts[0].namespace: no upstream has namespace \"nope\"",
+        "contracts[0].version: expected an exact SemVer",
+        "contracts[0].fingerprint: expected 64 hex digits",
+    ] {
+        assert!(err.contains(expected), "{expected}: {err}");
+    }
+}
