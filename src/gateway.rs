@@ -104,7 +104,7 @@ impl Gateway {
         };
         let front = Arc::new(Front::new(config, parts));
         tokio::spawn(contracts::keep_reconciled(contracts, catalog.clone()));
-        if let Some(load) = embedder_loader(config) {
+        if let Some(load) = embedder_loader(config, front.contracts.store().clone()) {
             // Loading from here on, so nobody sees "off" before the task runs.
             front.gate.mark_loading();
             tokio::spawn(gate::keep_indexed(front.gate.clone(), catalog, load));
@@ -177,9 +177,16 @@ impl Gateway {
 
 /// What loads the configured embedder (and its vector cache), or None for BM25 alone. Loading
 /// a local model reads ~90 MB and runs on a blocking thread, after start-up.
-fn embedder_loader(config: &Config) -> Option<impl FnOnce() -> Result<Semantic, String> + Send + 'static> {
+fn embedder_loader(
+    config: &Config,
+    store: Store,
+) -> Option<impl FnOnce() -> Result<Semantic, String> + Send + 'static> {
     let embedding = config.embedding.clone();
-    let persist_dir = config.rag.persist_dir.clone();
+    if config.rag.persist_dir.is_some() && !matches!(embedding, EmbeddingConfig::None) {
+        tracing::info!("tool embeddings are kept in the store; [rag] persist_dir is no longer used for them");
+    }
+    // The loader runs on a blocking thread; the store is read through the runtime from there.
+    let runtime = tokio::runtime::Handle::current();
     type LoadEmbedder = Box<dyn FnOnce() -> Result<Arc<dyn Embedder>, String> + Send>;
     let (embedder, query_cache, query_timeout): (LoadEmbedder, _, _) = match embedding {
         EmbeddingConfig::None => return None,
@@ -208,13 +215,10 @@ fn embedder_loader(config: &Config) -> Option<impl FnOnce() -> Result<Semantic, 
     };
     Some(move || {
         let embedder = embedder()?;
-        let cache = match &persist_dir {
-            Some(dir) => VectorCache::open(&dir.join("embeddings"), embedder.id()).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "cannot open the embedding cache under persist_dir; keeping vectors in memory");
-                VectorCache::memory()
-            }),
-            None => VectorCache::memory(),
-        };
+        let cache = runtime.block_on(VectorCache::in_store(store, embedder.id())).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read stored embeddings; re-embedding, vectors kept in memory");
+            VectorCache::memory()
+        });
         Ok(Semantic::new(embedder, cache, query_cache, query_timeout))
     })
 }

@@ -1,9 +1,10 @@
-//! Embedding cache: vectors by (model, SHA-256 of the embedded text), in memory and optionally
-//! persisted under a directory, so a restart or a catalog change re-embeds only what changed.
+//! Embedding cache: vectors by (model, SHA-256 of the embedded text), in memory and persisted —
+//! in the store (the gateway: shared by replicas) or under a directory (the benchmarks) — so a
+//! restart or a catalog change re-embeds only what changed.
 //!
 //! On disk: one append-only file per model, `<model>.vec`, of fixed-size records
 //! `[32-byte text hash][dims × f32 little-endian]` after a header line `gatehouse-vectors <dims>\n`.
-//! A torn last record (crash mid-write) is ignored on load.
+//! A torn last record (crash mid-write) is ignored on load. In the store: one row per vector.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -21,14 +22,35 @@ pub fn key(text: &str) -> Key {
 }
 
 pub struct VectorCache {
-    file: Option<PathBuf>,
+    backing: Backing,
     vectors: Mutex<HashMap<Key, Vector>>,
+}
+
+enum Backing {
+    Memory,
+    File(PathBuf),
+    Store { store: crate::store::Store, model: String },
 }
 
 impl VectorCache {
     /// Memory only.
     pub fn memory() -> Self {
-        Self { file: None, vectors: Mutex::new(HashMap::new()) }
+        Self { backing: Backing::Memory, vectors: Mutex::new(HashMap::new()) }
+    }
+
+    /// Loads what the store holds for `model`.
+    pub async fn in_store(store: crate::store::Store, model: &str) -> Result<Self, crate::store::StoreError> {
+        let vectors = store
+            .embeddings(model)
+            .await?
+            .into_iter()
+            .filter_map(|(key, bytes)| {
+                let key: Key = key.try_into().ok()?;
+                let vector = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                Some((key, vector))
+            })
+            .collect();
+        Ok(Self { backing: Backing::Store { store, model: model.to_string() }, vectors: Mutex::new(vectors) })
     }
 
     /// Loads what `dir` holds for `model` (creating the directory if needed).
@@ -42,7 +64,7 @@ impl VectorCache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => return Err(e),
         };
-        Ok(Self { file: Some(file), vectors: Mutex::new(vectors) })
+        Ok(Self { backing: Backing::File(file), vectors: Mutex::new(vectors) })
     }
 
     pub fn len(&self) -> usize {
@@ -64,7 +86,7 @@ impl VectorCache {
         if !missing.is_empty() {
             let fresh = embedder.embed(missing.iter().map(|&i| texts[i].clone()).collect()).await?;
             let new: Vec<(Key, Vector)> = missing.iter().map(|&i| keys[i]).zip(fresh).collect();
-            if let Err(e) = self.persist(&new) {
+            if let Err(e) = self.persist(&new).await {
                 tracing::warn!(error = %e, "could not persist embeddings; they stay in memory");
             }
             self.vectors.lock().expect("vector cache poisoned").extend(new);
@@ -73,22 +95,34 @@ impl VectorCache {
         Ok((keys.iter().map(|k| vectors.get(k).cloned().unwrap_or_default()).collect(), missing.len()))
     }
 
-    fn persist(&self, new: &[(Key, Vector)]) -> std::io::Result<()> {
-        let (Some(file), Some(dims)) = (&self.file, new.first().map(|(_, v)| v.len())) else { return Ok(()) };
-        let fresh = !file.exists();
-        let mut out = std::fs::OpenOptions::new().create(true).append(true).open(file)?;
-        if fresh {
-            writeln!(out, "gatehouse-vectors {dims}")?;
-        }
-        let mut buffer = Vec::with_capacity(new.len() * (32 + dims * 4));
-        for (k, v) in new.iter().filter(|(_, v)| v.len() == dims) {
-            buffer.extend_from_slice(k);
-            for x in v {
-                buffer.extend_from_slice(&x.to_le_bytes());
+    async fn persist(&self, new: &[(Key, Vector)]) -> Result<(), String> {
+        match &self.backing {
+            Backing::Memory => Ok(()),
+            Backing::File(file) => append(file, new).map_err(|e| e.to_string()),
+            Backing::Store { store, model } => {
+                let rows: Vec<(Vec<u8>, Vec<u8>)> =
+                    new.iter().map(|(k, v)| (k.to_vec(), v.iter().flat_map(|x| x.to_le_bytes()).collect())).collect();
+                store.put_embeddings(model, &rows).await.map_err(|e| e.to_string())
             }
         }
-        out.write_all(&buffer)
     }
+}
+
+fn append(file: &Path, new: &[(Key, Vector)]) -> std::io::Result<()> {
+    let Some(dims) = new.first().map(|(_, v)| v.len()) else { return Ok(()) };
+    let fresh = !file.exists();
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(file)?;
+    if fresh {
+        writeln!(out, "gatehouse-vectors {dims}")?;
+    }
+    let mut buffer = Vec::with_capacity(new.len() * (32 + dims * 4));
+    for (k, v) in new.iter().filter(|(_, v)| v.len() == dims) {
+        buffer.extend_from_slice(k);
+        for x in v {
+            buffer.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    out.write_all(&buffer)
 }
 
 fn parse(bytes: &[u8]) -> HashMap<Key, Vector> {
@@ -150,6 +184,18 @@ mod tests {
         assert_eq!((v, fresh), (vec![vec![3.0, 1.0]], 0));
         assert_eq!(embedder.0.load(Ordering::SeqCst), 3);
         assert!(VectorCache::open(dir.path(), "other").unwrap().is_empty(), "per model");
+    }
+
+    #[tokio::test]
+    async fn a_store_backed_cache_survives_a_reopen() {
+        let store = crate::store::Store::open("sqlite::memory:").await.unwrap();
+        let embedder = Counting(AtomicUsize::new(0));
+        let cache = VectorCache::in_store(store.clone(), "m").await.unwrap();
+        cache.embed(&embedder, &texts(&["a", "bb"])).await.unwrap();
+        let reopened = VectorCache::in_store(store, "m").await.unwrap();
+        let (v, fresh) = reopened.embed(&embedder, &texts(&["bb"])).await.unwrap();
+        assert_eq!((v, fresh), (vec![vec![2.0, 1.0]], 0));
+        assert_eq!(embedder.0.load(Ordering::SeqCst), 2);
     }
 
     #[test]

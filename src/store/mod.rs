@@ -242,6 +242,26 @@ impl Store {
         Ok(ms)
     }
 
+    /// Every stored vector of `model`: (text hash, little-endian f32 bytes).
+    pub async fn embeddings(&self, model: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        const SQL: &str = "SELECT key, vector FROM embeddings WHERE model = $1";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SQL).bind(model).fetch_all(pool).await?))
+    }
+
+    /// Stores vectors (an existing one for the same text stays: it is the same vector).
+    pub async fn put_embeddings(&self, model: &str, items: &[(Vec<u8>, Vec<u8>)]) -> Result<(), StoreError> {
+        const SQL: &str =
+            "INSERT INTO embeddings (model, key, vector) VALUES ($1, $2, $3) ON CONFLICT (model, key) DO NOTHING";
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            for (key, vector) in items {
+                sqlx::query(SQL).bind(model).bind(key).bind(vector).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
     /// Appends audit events in one transaction.
     pub async fn append_audit(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO audit_events (at_ms, principal, tool, contract_version, fingerprint, \

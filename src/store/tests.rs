@@ -102,6 +102,24 @@ async fn audit_suite(store: &Store) {
     assert_eq!(store.audit(&AuditQuery { limit: 1, ..AuditQuery::default() }).await.unwrap().len(), 1);
 }
 
+async fn embeddings_suite(store: &Store) {
+    let a = (vec![1u8; 32], 1.5f32.to_le_bytes().to_vec());
+    let b = (vec![2u8; 32], 2.5f32.to_le_bytes().to_vec());
+    store.put_embeddings("m1", &[a.clone(), b.clone()]).await.unwrap();
+    store.put_embeddings("m1", &[(a.0.clone(), vec![0; 4])]).await.unwrap(); // the first vector stays
+    store.put_embeddings("m2", &[a.clone()]).await.unwrap();
+    let mut m1 = store.embeddings("m1").await.unwrap();
+    m1.sort();
+    assert_eq!(m1, [a, b]);
+    assert_eq!(store.embeddings("m2").await.unwrap().len(), 1, "per model");
+    assert!(store.embeddings("m3").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn embeddings_on_sqlite() {
+    embeddings_suite(&sqlite().await).await;
+}
+
 #[tokio::test]
 async fn contracts_on_sqlite() {
     contracts_suite(&sqlite().await).await;
@@ -117,6 +135,7 @@ async fn contracts_and_audit_on_postgres() {
     let Some((store, url, schema)) = postgres().await else { return };
     contracts_suite(&store).await;
     audit_suite(&store).await;
+    embeddings_suite(&store).await;
     drop_schema(&url, &schema).await;
 }
 

@@ -151,11 +151,12 @@ async fn an_embedder_down_at_start_leaves_bm25_serving_until_it_recovers() {
 }
 
 #[tokio::test]
-async fn tool_embeddings_persist_so_a_restart_embeds_nothing() {
+async fn tool_embeddings_persist_in_the_store_so_a_restart_embeds_nothing() {
     let up = catalog().await;
     let (service, url) = embedding_service().await;
     let dir = tempfile::tempdir().unwrap();
-    let persist = format!("[rag]\npersist_dir = \"{}\"\n", dir.path().display());
+    // One store across both runs (embeddings live there).
+    let persist = format!("[store]\nurl = \"sqlite://{}/gh.db\"\n", dir.path().display());
     let gw = TestGateway::start(&config(&up.url(), &url, &persist)).await;
     ranking_state(&gw, "ready").await;
     assert_eq!(service.texts.load(Ordering::SeqCst), 4, "one passage per tool");
