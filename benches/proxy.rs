@@ -538,8 +538,10 @@ async fn hybrid_gating(upstream: &str) {
     }
     // Kept between runs (delete it to measure indexing again).
     let vectors = root.join("target/bench-embeddings");
+    std::fs::create_dir_all(&vectors).unwrap();
+    // Tool vectors live in the store; this one is kept between runs.
     let extra = format!(
-        "[embedding]\nprovider = \"local\"\nmodel_dir = \"{}\"\n[rag]\npersist_dir = \"{}\"",
+        "[embedding]\nprovider = \"local\"\nmodel_dir = \"{}\"\n[store]\nurl = \"sqlite://{}/store.db\"",
         model.display(),
         vectors.display()
     );
