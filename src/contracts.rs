@@ -150,6 +150,7 @@ impl Contracts {
     pub async fn reconcile(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
         let now = store::now_ms();
         let mut touched = false;
+        let mut first_seen = Vec::new();
         for tool in &snapshot.tools {
             let definition = || {
                 serde_json_canonicalizer::to_string(&*tool.definition).unwrap_or_else(|_| tool.definition.to_string())
@@ -168,10 +169,7 @@ impl Contracts {
                         pinned_ms: now,
                         updated_ms: now,
                     };
-                    if self.store.pin(&contract).await? {
-                        tracing::info!(tool = %tool.exposed, fingerprint = %&tool.fingerprint[..12], "contract pinned (first use)");
-                    }
-                    touched = true;
+                    first_seen.push(contract);
                 }
                 Standing::Drifted { version, .. } => {
                     let drift = Drift { fingerprint: tool.fingerprint.to_string(), definition: definition() };
@@ -194,6 +192,11 @@ impl Contracts {
                     touched = true;
                 }
             }
+        }
+        if !first_seen.is_empty() {
+            let pinned = self.store.pin_all(&first_seen).await?;
+            tracing::info!(pinned, "contracts pinned on first use");
+            touched = true;
         }
         if touched { self.reload().await } else { Ok(()) }
     }

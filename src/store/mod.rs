@@ -175,22 +175,36 @@ impl Store {
     /// Pins a contract unless one exists for the tool (another replica may have pinned it
     /// first: theirs stands). Returns whether this call pinned it.
     pub async fn pin(&self, c: &Contract) -> Result<bool, StoreError> {
+        Ok(self.pin_all(std::slice::from_ref(c)).await? == 1)
+    }
+
+    /// [`Store::pin`] for many, in one transaction (a new upstream brings its whole catalog at
+    /// once). Returns how many were pinned.
+    pub async fn pin_all(&self, contracts: &[Contract]) -> Result<u64, StoreError> {
         const SQL: &str = "INSERT INTO contracts (namespace, tool, exposed, version, fingerprint, definition, \
                            pinned_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                            ON CONFLICT (namespace, tool) DO NOTHING";
-        let done = on_pool!(self, |pool| sqlx::query(SQL)
-            .bind(&c.namespace)
-            .bind(&c.tool)
-            .bind(&c.exposed)
-            .bind(&c.version)
-            .bind(&c.fingerprint)
-            .bind(&c.definition)
-            .bind(c.pinned_ms)
-            .bind(c.updated_ms)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(done == 1)
+        let pinned = on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let mut pinned = 0;
+            for c in contracts {
+                pinned += sqlx::query(SQL)
+                    .bind(&c.namespace)
+                    .bind(&c.tool)
+                    .bind(&c.exposed)
+                    .bind(&c.version)
+                    .bind(&c.fingerprint)
+                    .bind(&c.definition)
+                    .bind(c.pinned_ms)
+                    .bind(c.updated_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            tx.commit().await?;
+            pinned
+        });
+        Ok(pinned)
     }
 
     /// Records a changed definition for approval (the pinned one stays in force).
