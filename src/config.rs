@@ -322,6 +322,9 @@ pub struct UpstreamConfig {
     pub ping_interval: Duration,
     pub probe_interval: Duration,
     pub pin: Vec<String>,
+    /// Expose each tool under its exact contract version (`name@1.2.0`, LLM-safe:
+    /// `name_v1_2_0`); a call must name the current version.
+    pub expose_versions: bool,
 }
 
 /// Hand-written so a URL password (sent as Basic auth) and static header values (often API keys)
@@ -1022,6 +1025,7 @@ impl Validator<'_> {
                 Duration::from_secs(12 * 60),
             ),
             pin: u.pin.unwrap_or_default(),
+            expose_versions: u.expose_versions.unwrap_or(false),
         };
         Some(config)
     }

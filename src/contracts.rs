@@ -8,7 +8,7 @@
 //! moment it enters the catalog (the pins were loaded before). Reconciling with the store (new
 //! pins, recorded drift, approvals made by another process) runs in the background.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ pub enum Standing {
 pub struct Contracts {
     store: Store,
     policies: HashMap<String, DriftPolicy>,
+    /// Namespaces whose tools are exposed under their exact version (`expose_versions`).
+    versioned: HashSet<String>,
     pinned: RwLock<HashMap<Arc<str>, Pinned>>,
     /// Bumped whenever which tools are quarantined may have changed (views rebuild, agents
     /// are told their list changed).
@@ -63,6 +65,7 @@ impl Contracts {
         policies: HashMap<String, DriftPolicy>,
         declared: &[DeclaredContract],
         namer: &Namer,
+        versioned: HashSet<String>,
     ) -> Result<Self, StoreError> {
         let now = store::now_ms();
         for d in declared {
@@ -90,7 +93,7 @@ impl Contracts {
             }
         }
         let contracts =
-            Self { store, policies, pinned: RwLock::new(HashMap::new()), generation: watch::Sender::new(0) };
+            Self { store, policies, versioned, pinned: RwLock::new(HashMap::new()), generation: watch::Sender::new(0) };
         contracts.reload().await?;
         Ok(contracts)
     }
@@ -121,6 +124,28 @@ impl Contracts {
                 allowed: self.policy(&tool.route.namespace) != DriftPolicy::Quarantine,
             },
         }
+    }
+
+    /// The version a tool is served under now (its pin, or the first-use version).
+    pub fn version(&self, tool: &Tool) -> String {
+        match self.standing(tool) {
+            Standing::FirstUse => FIRST_VERSION.to_string(),
+            Standing::Current { version } | Standing::Drifted { version, .. } => version,
+        }
+    }
+
+    /// The name agents see: the exposed name, or with `expose_versions` the exact-version name.
+    pub fn listed_name(&self, tool: &Tool) -> Option<String> {
+        self.versioned.contains(&*tool.route.namespace).then(|| versioned_name(&tool.exposed, &self.version(tool)))
+    }
+
+    /// The tool an exact-version name denotes — only while that is its current version, so a
+    /// caller never reaches a definition other than the one it named.
+    pub fn resolve_versioned<'s>(&self, snapshot: &'s Snapshot, name: &str) -> Option<&'s Tool> {
+        name.rmatch_indices("_v").find_map(|(at, _)| {
+            let tool = snapshot.tool(&name[..at]).ok()?;
+            (self.listed_name(tool).as_deref() == Some(name)).then_some(tool)
+        })
     }
 
     /// Whether agents may see and call `tool`.
@@ -212,6 +237,12 @@ pub async fn approve(store: &Store, exposed: &str) -> Result<Option<String>, Sto
     Ok(Some(next))
 }
 
+/// `name@1.2.0` as a name LLM APIs accept: `name_v1_2_0` (other SemVer punctuation as `_`).
+pub fn versioned_name(exposed: &str, version: &str) -> String {
+    let version: String = version.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    format!("{exposed}_v{version}")
+}
+
 fn next_major(version: &str) -> String {
     match semver::Version::parse(version) {
         Ok(v) => semver::Version::new(v.major + 1, 0, 0).to_string(),
@@ -261,6 +292,12 @@ pub async fn keep_reconciled(contracts: Arc<Contracts>, catalog: Arc<Catalog>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versioned_names_are_llm_safe() {
+        assert_eq!(versioned_name("gh__create_issue", "1.2.0"), "gh__create_issue_v1_2_0");
+        assert_eq!(versioned_name("t", "2.0.0-rc.1"), "t_v2_0_0_rc_1");
+    }
 
     #[test]
     fn an_approved_drift_is_the_next_major_version() {

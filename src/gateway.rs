@@ -53,8 +53,10 @@ impl Gateway {
         let policies = config.upstreams.iter().map(|u| (u.namespace.clone(), u.drift)).collect();
         // Pins are loaded before anything is served, so a drifted tool is refused from the start.
         let namer = Namer::new(&config.gateway.separator, config.prefixed());
-        let contracts =
-            Arc::new(Contracts::load(store, policies, &config.contracts, &namer).await.map_err(store_error)?);
+        let versioned = config.upstreams.iter().filter(|u| u.expose_versions).map(|u| u.namespace.clone()).collect();
+        let contracts = Arc::new(
+            Contracts::load(store, policies, &config.contracts, &namer, versioned).await.map_err(store_error)?,
+        );
         let metrics = Arc::new(Metrics::new());
         let max_response = config.gateway.max_response_bytes;
         let upstreams: Vec<Arc<Upstream>> = config

@@ -129,10 +129,14 @@ impl Pipeline {
 
     fn resolve_tool(&self, name: &str) -> Result<Tool, GatewayError> {
         let snapshot = self.catalog.snapshot();
-        let tool = snapshot
-            .tool(name)
-            .map_err(|miss| miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() }))?;
-        Ok(tool.clone())
+        match snapshot.tool(name) {
+            Ok(tool) => Ok(tool.clone()),
+            // An exact-version name (`expose_versions`) resolves only to that version.
+            Err(miss) => match self.contracts.resolve_versioned(&snapshot, name) {
+                Some(tool) => Ok(tool.clone()),
+                None => Err(miss_error(miss, || GatewayError::UnknownTool { name: name.to_string() })),
+            },
+        }
     }
 
     /// The contract version the call runs under, or `contract_drift`.

@@ -202,6 +202,7 @@ pub struct RawUpstream {
     pub ping_interval: Option<Sp<RawDuration>>,
     pub probe_interval: Option<Sp<RawDuration>>,
     pub pin: Option<Vec<String>>,
+    pub expose_versions: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

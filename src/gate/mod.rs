@@ -35,7 +35,10 @@ pub const CALL_TOOL: &str = "call_tool";
 
 /// One entry of a view: a tool as exposed, serialised canonically, with its token count.
 pub struct Entry {
+    /// The name agents see (with `expose_versions`, the exact-version name).
     pub name: Arc<str>,
+    /// The catalog's name for it (None: one of the gateway's own tools).
+    pub tool: Option<Arc<str>>,
     pub json: Bytes,
     pub tokens: u32,
 }
@@ -159,7 +162,10 @@ impl Gate {
         let allowed: Vec<bool> = view
             .entries
             .iter()
-            .map(|e| snapshot.tool(&e.name).map_or(true, |tool| policy.decide(principal, tool).allowed))
+            .map(|e| match &e.tool {
+                None => true,
+                Some(name) => snapshot.tool(name).is_ok_and(|tool| policy.decide(principal, tool).allowed),
+            })
             .collect();
         let core: Vec<usize> = view.core.iter().copied().filter(|&i| allowed[i]).collect();
         let join = |indices: &mut dyn Iterator<Item = usize>| {
@@ -334,12 +340,21 @@ impl Gate {
             .cloned()
             .chain(self.upstream_pins.iter().flat_map(|(ns, pins)| pins.iter().map(|p| self.namer.expose(ns, p))))
             .collect();
-        let mut definitions: Vec<(Arc<str>, Value, bool, Option<&str>)> = snapshot
+        let mut definitions: Vec<(Arc<str>, Value, bool, Option<&crate::catalog::Tool>)> = snapshot
             .tools
             .iter()
             .filter(|t| self.contracts.as_ref().is_none_or(|c| c.admits(t)))
             .map(|t| {
-                (t.exposed.clone(), (*t.definition).clone(), pinned.contains(&*t.exposed), Some(&*t.route.namespace))
+                let mut definition = (*t.definition).clone();
+                // `expose_versions`: listed under the exact-version name.
+                let name = match self.contracts.as_ref().and_then(|c| c.listed_name(t)) {
+                    Some(versioned) => {
+                        definition["name"] = Value::String(versioned.clone());
+                        Arc::from(versioned)
+                    }
+                    None => t.exposed.clone(),
+                };
+                (name, definition, pinned.contains(&*t.exposed), Some(t))
             })
             .collect();
         for own in self.own_tools() {
@@ -354,14 +369,14 @@ impl Gate {
         let mut documents = Vec::new();
         let mut passages = Vec::new();
         let mut ranked = Vec::new();
-        for (i, (name, definition, in_core, namespace)) in definitions.iter().enumerate() {
+        for (i, (name, definition, in_core, tool)) in definitions.iter().enumerate() {
             let json = Bytes::from(canonical(definition));
             let tokens = tokens::count(&json);
-            entries.push(Entry { name: name.clone(), json, tokens });
+            entries.push(Entry { name: name.clone(), tool: tool.map(|t| t.exposed.clone()), json, tokens });
             if *in_core {
                 core.push(i);
             }
-            if let Some(ns) = namespace {
+            if let Some(ns) = tool.map(|t| &*t.route.namespace) {
                 documents.push(ranking::tool_document(definition, ns));
                 passages.push(ranking::tool_passage(definition, ns));
                 ranked.push(i);

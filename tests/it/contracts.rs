@@ -231,3 +231,31 @@ async fn a_contract_declared_in_config_pins_an_exact_version_and_fingerprint() {
         assert!(err.contains(expected), "{expected}: {err}");
     }
 }
+
+#[tokio::test]
+async fn expose_versions_names_each_tool_by_its_exact_contract_version() {
+    let store = tempfile::tempdir().unwrap();
+    let up = FakeUpstream::new().tool_def(echo_def("Echo text back."), echo()).start().await;
+    let config = config(store.path(), &up.url(), "expose_versions = true\n");
+    let gw = TestGateway::start(&config).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "the versioned name", |n| n == ["fake__echo_v1_0_0"]).await;
+    let listed = client.request("tools/list", json!({})).await;
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"fake__echo_v1_0_0"), "the definition carries the versioned name: {names:?}");
+    assert!(client.call_tool("fake__echo_v1_0_0", json!({"message": "hi"})).await.get("result").is_some());
+    let wrong = client.call_tool("fake__echo_v2_0_0", json!({})).await;
+    assert_eq!(wrong["error"]["data"]["_meta"]["gatehouse/error"], "unknown_tool", "{wrong}");
+
+    // A drift approved: the tool moves to 2.0.0, and 1.0.0 is no longer callable.
+    tokio::time::sleep(Duration::from_millis(300)).await; // pinned in the background
+    up.set_tools(vec![(echo_def("Echo text back, louder."), echo())]);
+    wait_for(&client, "quarantine", |n| n.is_empty()).await;
+    let (ok, out) = contracts_cli(&config, &["approve", "fake__echo"]).await;
+    assert!(ok, "{out}");
+    wait_for(&client, "version 2", |n| n == ["fake__echo_v2_0_0"]).await;
+    assert!(client.call_tool("fake__echo_v2_0_0", json!({"message": "hi"})).await.get("result").is_some());
+    let old = client.call_tool("fake__echo_v1_0_0", json!({})).await;
+    assert_eq!(old["error"]["data"]["_meta"]["gatehouse/error"], "unknown_tool", "{old}");
+}
