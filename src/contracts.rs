@@ -28,6 +28,16 @@ const DECLARED: &str = "\"(declared in config)\"";
 struct Pinned {
     version: String,
     fingerprint: String,
+    /// The name it was last exposed as (kept current in the store for the CLI).
+    exposed: String,
+}
+
+/// A contract's identity: the upstream's namespace and its own tool name — stable whatever
+/// the exposed name (prefix mode, separator) is.
+type Key = (Arc<str>, Arc<str>);
+
+fn key(tool: &Tool) -> Key {
+    (tool.route.namespace.clone(), tool.route.name.clone())
 }
 
 /// What a tool's current definition is, against its contract.
@@ -50,7 +60,7 @@ pub struct Contracts {
     policies: HashMap<String, DriftPolicy>,
     /// Namespaces whose tools are exposed under their exact version (`expose_versions`).
     versioned: HashSet<String>,
-    pinned: RwLock<HashMap<Arc<str>, Pinned>>,
+    pinned: RwLock<HashMap<Key, Pinned>>,
     /// Bumped whenever which tools are quarantined may have changed (views rebuild, agents
     /// are told their list changed).
     generation: watch::Sender<u64>,
@@ -81,13 +91,13 @@ impl Contracts {
                 pinned_ms: now,
                 updated_ms: now,
             };
-            match store.contract(&exposed).await? {
+            match store.contract_of(&d.namespace, &d.tool).await? {
                 None => {
                     store.pin(&contract).await?;
                 }
                 Some(c) if c.fingerprint != d.fingerprint || c.version != d.version => {
                     let pinned = Drift { fingerprint: d.fingerprint.clone(), definition: DECLARED.into() };
-                    store.repin(&exposed, &d.version, &pinned, now).await?;
+                    store.repin((&d.namespace, &d.tool), &d.version, &pinned, now).await?;
                 }
                 Some(_) => {}
             }
@@ -116,7 +126,7 @@ impl Contracts {
 
     pub fn standing(&self, tool: &Tool) -> Standing {
         let pinned = self.pinned.read().expect("contracts lock poisoned");
-        match pinned.get(&tool.exposed) {
+        match pinned.get(&key(tool)) {
             None => Standing::FirstUse,
             Some(p) if p.fingerprint == *tool.fingerprint => Standing::Current { version: p.version.clone() },
             Some(p) => Standing::Drifted {
@@ -155,9 +165,12 @@ impl Contracts {
 
     async fn reload(&self) -> Result<(), StoreError> {
         let all = self.store.contracts().await?;
-        let fresh: HashMap<Arc<str>, Pinned> = all
+        let fresh: HashMap<Key, Pinned> = all
             .into_iter()
-            .map(|c| (Arc::from(c.exposed.as_str()), Pinned { version: c.version, fingerprint: c.fingerprint }))
+            .map(|c| {
+                let key: Key = (c.namespace.as_str().into(), c.tool.as_str().into());
+                (key, Pinned { version: c.version, fingerprint: c.fingerprint, exposed: c.exposed })
+            })
             .collect();
         let mut pinned = self.pinned.write().expect("contracts lock poisoned");
         // A new pin records what agents already see; only a changed or removed pin (an
@@ -177,6 +190,18 @@ impl Contracts {
         let mut touched = false;
         let mut first_seen = Vec::new();
         for tool in &snapshot.tools {
+            // Same tool, new exposed name (prefix mode or separator changed): the CLI finds
+            // contracts by the name agents see.
+            let renamed = self
+                .pinned
+                .read()
+                .expect("contracts lock poisoned")
+                .get(&key(tool))
+                .is_some_and(|p| p.exposed != *tool.exposed);
+            if renamed {
+                self.store.rename(&tool.route.namespace, &tool.route.name, &tool.exposed).await?;
+                touched = true;
+            }
             let definition = || {
                 serde_json_canonicalizer::to_string(&*tool.definition).unwrap_or_else(|_| tool.definition.to_string())
             };
@@ -201,7 +226,7 @@ impl Contracts {
                     match self.policy(&tool.route.namespace) {
                         DriftPolicy::Accept => {
                             let next = next_major(&version);
-                            self.store.repin(&tool.exposed, &next, &drift, now).await?;
+                            self.store.repin((&tool.route.namespace, &tool.route.name), &next, &drift, now).await?;
                             tracing::warn!(tool = %tool.exposed, version = %next, "contract drift accepted (drift = \"accept\")");
                         }
                         policy => {
@@ -231,9 +256,10 @@ impl Contracts {
 /// version. Returns the new version, or None if nothing was pending.
 pub async fn approve(store: &Store, exposed: &str) -> Result<Option<String>, StoreError> {
     let Some(contract) = store.contract(exposed).await? else { return Ok(None) };
+    let at = (contract.namespace.as_str(), contract.tool.as_str());
     let Some(drift) = contract.drift else { return Ok(None) };
     let next = next_major(&contract.version);
-    store.repin(exposed, &next, &drift, store::now_ms()).await?;
+    store.repin(at, &next, &drift, store::now_ms()).await?;
     Ok(Some(next))
 }
 

@@ -50,6 +50,7 @@ impl Gateway {
     pub async fn start(config: &Config) -> Result<Self, StartError> {
         let store_error = |source| StartError::Store { url: crate::config::redact_url(&config.store.url), source };
         let store = Store::open(&config.store.url).await.map_err(store_error)?;
+        let audit_key = store.secret(crate::pipeline::audit::HASH_KEY).await.map_err(store_error)?;
         let policies = config.upstreams.iter().map(|u| (u.namespace.clone(), u.drift)).collect();
         // Pins are loaded before anything is served, so a drifted tool is refused from the start.
         let namer = Namer::new(&config.gateway.separator, config.prefixed());
@@ -103,6 +104,7 @@ impl Gateway {
             ended_sessions: ended_tx,
             contracts: contracts.clone(),
             policy,
+            audit_key,
         };
         let front = Arc::new(Front::new(config, parts));
         tokio::spawn(contracts::keep_reconciled(contracts, catalog.clone()));

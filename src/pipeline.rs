@@ -54,26 +54,22 @@ struct Trail {
     decision: Option<Decision>,
 }
 
-impl Pipeline {
-    /// Starts the audit writer (needs a runtime).
-    pub fn new(
-        catalog: Arc<Catalog>,
-        upstreams: Arc<[Arc<Upstream>]>,
-        contracts: Arc<Contracts>,
-        policy: Arc<Policy>,
-    ) -> Self {
-        let audit = Audit::start(contracts.store().clone());
-        Self { catalog, upstreams, contracts, policy, validator: Validator::default(), audit }
-    }
+/// A call in flight: its audit event is recorded when this is dropped, so a cancelled call
+/// (the future dropped mid-await) is audited too.
+struct Pending<'a> {
+    audit: &'a Audit,
+    started: Instant,
+    principal: String,
+    tool: String,
+    args_hash: Option<String>,
+    trail: Trail,
+    /// None until the stages finish: dropped before that means cancelled.
+    outcome: Option<&'static str>,
+}
 
-    /// Runs the stages, then audits the call whatever happened (stage 10 always runs).
-    pub async fn call_tool(&self, req: CallRequest<'_>) -> Result<Box<RawValue>, GatewayError> {
-        let started = Instant::now();
-        let principal = req.principal.id.to_string();
-        let tool = req.name.to_string();
-        let args_hash = audit::arguments_hash(req.params.get("arguments"));
-        let mut trail = Trail::default();
-        let result = self.run_stages(req, &mut trail).await;
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let trail = std::mem::take(&mut self.trail);
         let (contract_version, fingerprint) =
             trail.contract.map_or((None, None), |(v, f)| (Some(v), Some(f.to_string())));
         let (decision, rule) = match trail.decision {
@@ -83,17 +79,54 @@ impl Pipeline {
         };
         self.audit.record(AuditEvent {
             at_ms: crate::store::now_ms(),
-            principal,
-            tool,
+            principal: std::mem::take(&mut self.principal),
+            tool: std::mem::take(&mut self.tool),
             contract_version,
             fingerprint,
             decision: decision.into(),
             rule,
-            outcome: result.as_ref().map_or_else(GatewayError::class, |_| "ok").into(),
-            latency_us: started.elapsed().as_micros() as i64,
-            args_hash,
+            outcome: self.outcome.unwrap_or("cancelled").into(),
+            latency_us: self.started.elapsed().as_micros() as i64,
+            args_hash: self.args_hash.take(),
             trace_id: None,
         });
+    }
+}
+
+/// The requested name as the audit log keeps it: printable and bounded, since an unknown name
+/// is whatever the caller sent.
+fn bounded_name(name: &str) -> String {
+    name.chars().filter(|c| !c.is_control()).take(128).collect()
+}
+
+impl Pipeline {
+    /// Starts the audit writer (needs a runtime).
+    pub fn new(
+        catalog: Arc<Catalog>,
+        upstreams: Arc<[Arc<Upstream>]>,
+        contracts: Arc<Contracts>,
+        policy: Arc<Policy>,
+        audit_key: Vec<u8>,
+    ) -> Self {
+        let audit = Audit::start(contracts.store().clone(), audit_key);
+        Self { catalog, upstreams, contracts, policy, validator: Validator::default(), audit }
+    }
+
+    /// Runs the stages, then audits the call whatever happened (stage 10 always runs) — even
+    /// when the caller goes away mid-call and this future is dropped (outcome `cancelled`).
+    pub async fn call_tool(&self, req: CallRequest<'_>) -> Result<Box<RawValue>, GatewayError> {
+        let mut pending = Pending {
+            audit: &self.audit,
+            started: Instant::now(),
+            principal: req.principal.id.to_string(),
+            tool: bounded_name(req.name),
+            args_hash: self.audit.arguments_hash(req.params.get("arguments")),
+            trail: Trail::default(),
+            outcome: None,
+        };
+        let result = self.run_stages(req, &mut pending.trail).await;
+        pending.outcome = Some(result.as_ref().map_or_else(GatewayError::class, |_| "ok"));
+        drop(pending);
         result
     }
 

@@ -194,11 +194,13 @@ pub struct Parts {
     pub ended_sessions: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
     pub contracts: Arc<Contracts>,
     pub policy: Arc<crate::policy::Policy>,
+    /// Keys the audit log's argument hashes (a store secret).
+    pub audit_key: Vec<u8>,
 }
 
 impl Front {
     pub fn new(config: &Config, parts: Parts) -> Self {
-        let Parts { catalog, upstreams, first_loads, metrics, ended_sessions, contracts, policy } = parts;
+        let Parts { catalog, upstreams, first_loads, metrics, ended_sessions, contracts, policy, audit_key } = parts;
         let g = &config.gateway;
         let wildcard = matches!(g.host.as_str(), "0.0.0.0" | "::" | "[::]");
         let allowed_hosts = if wildcard && g.allowed_hosts.is_empty() {
@@ -231,7 +233,7 @@ impl Front {
         Self {
             settings,
             auth: Authenticator::new(&g.auth, &config.auth),
-            pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone(), policy.clone()),
+            pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone(), policy.clone(), audit_key),
             catalog,
             upstreams,
             sessions: Sessions::new(g.session_idle_timeout, g.max_sessions, ended_sessions),

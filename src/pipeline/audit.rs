@@ -1,12 +1,14 @@
 //! Stage 10: one payload-free audit event per tool call, written to the store in batches off
 //! the hot path. The call only enqueues; a writer task drains the queue every
 //! [`FLUSH_EVERY`] (or when a batch fills) and on shutdown, so nothing queued is lost on a
-//! graceful stop. Arguments are never stored, only their SHA-256.
+//! graceful stop. Arguments are never stored, only a keyed hash of them (HMAC-SHA-256 under a
+//! per-deployment secret kept in the store), so a reader of the log cannot test guesses of
+//! small arguments (`{"confirm": true}`, a PIN) against it.
 
 use std::time::Duration;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{AuditEvent, Store};
@@ -25,14 +27,27 @@ enum Message {
 pub struct Audit {
     tx: mpsc::Sender<Message>,
     dropped: std::sync::atomic::AtomicU64,
+    hash_key: Vec<u8>,
 }
+
+/// The store secret that keys argument hashes.
+pub const HASH_KEY: &str = "audit-argument-hash";
 
 impl Audit {
     /// Starts the writer task.
-    pub fn start(store: Store) -> Self {
+    pub fn start(store: Store, hash_key: Vec<u8>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         tokio::spawn(write(store, rx));
-        Self { tx, dropped: Default::default() }
+        Self { tx, dropped: Default::default(), hash_key }
+    }
+
+    /// HMAC-SHA-256 of the arguments' canonical JSON: proves what was sent without storing it.
+    pub fn arguments_hash(&self, arguments: Option<&Value>) -> Option<String> {
+        use hmac::{KeyInit, Mac};
+        let canonical = serde_json_canonicalizer::to_vec(arguments?).ok()?;
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.hash_key).ok()?;
+        mac.update(&canonical);
+        Some(hex::encode(mac.finalize().into_bytes()))
     }
 
     pub fn record(&self, event: AuditEvent) {
@@ -98,11 +113,4 @@ async fn flush(store: &Store, batch: &mut Vec<AuditEvent>) {
     }
     tracing::error!(events = batch.len(), "audit events lost after retries");
     batch.clear();
-}
-
-/// SHA-256 of the arguments' canonical JSON: proves what was sent without storing it.
-pub fn arguments_hash(arguments: Option<&Value>) -> Option<String> {
-    let arguments = arguments?;
-    let canonical = serde_json_canonicalizer::to_vec(arguments).ok()?;
-    Some(hex::encode(Sha256::digest(&canonical)))
 }

@@ -63,6 +63,9 @@ struct Jwt {
     /// Tokens already verified, by SHA-256, with their expiry: agents send the same token on
     /// every call, and a signature check costs tens of microseconds.
     verified: Mutex<LruCache<[u8; 32], (Principal, i64)>>,
+    /// Ids of configured principals (static tokens, stdio, `bearer`, `anonymous`): a token's
+    /// `sub` may not claim one, or an identity provider's user could wear their rules.
+    reserved: std::collections::HashSet<String>,
 }
 
 /// Verified tokens remembered (each until its own `exp`).
@@ -87,7 +90,11 @@ impl Authenticator {
             validation.leeway = config.leeway.as_secs();
             let keys = config.keys.iter().cloned().collect();
             let verified = Mutex::new(LruCache::new(NonZeroUsize::new(VERIFIED_CACHE).unwrap_or(NonZeroUsize::MIN)));
-            Jwt { config: config.clone(), keys, validation, verified }
+            let mut reserved: std::collections::HashSet<String> =
+                auth.tokens.iter().map(|t| t.principal.id.clone()).collect();
+            reserved.extend(["bearer", "anonymous", "stdio"].map(String::from));
+            reserved.insert(auth.stdio.id.clone());
+            Jwt { config: config.clone(), keys, validation, verified, reserved }
         });
         Self { disabled: matches!(inbound, InboundAuth::Disabled { .. }), tokens, jwt }
     }
@@ -181,6 +188,9 @@ impl Jwt {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .ok_or_else(|| Refusal::Jwt(format!("no {} claim", self.config.principal_claim)))?;
+        if self.reserved.contains(id) {
+            return Err(Refusal::Jwt(format!("sub {id:?} names a configured principal")));
+        }
         let exp = claims.get("exp").and_then(Value::as_i64).unwrap_or(now);
         let principal = Principal {
             id: id.into(),

@@ -71,7 +71,11 @@ impl Validator {
             Compiled::Unusable(why) => Err(FieldError { path: root.into(), rule: why.clone() }),
             Compiled::Ready(validator) => match validator.iter_errors(instance).next() {
                 None => Ok(()),
-                Some(error) => Err(FieldError { path: format!("{root}{}", error.instance_path()), rule: rule(&error) }),
+                // The path is made of the caller's own keys: printable and bounded before echoing.
+                Some(error) => Err(FieldError {
+                    path: format!("{root}{}", printable(&error.instance_path().to_string())),
+                    rule: rule(&error),
+                }),
             },
         }
     }
@@ -123,7 +127,7 @@ fn rule(error: &jsonschema::ValidationError<'_>) -> String {
 
 /// Names from a schema or a caller, made safe to echo: printable and bounded.
 fn printable(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control()).take(64).collect()
+    s.chars().filter(|c| !c.is_control()).take(128).collect()
 }
 
 #[cfg(test)]

@@ -231,22 +231,47 @@ impl Store {
         Ok(())
     }
 
-    /// Replaces the pinned definition (an approved drift, or drift = "accept") and clears any
-    /// pending drift, at `version`.
-    pub async fn repin(&self, exposed: &str, version: &str, pinned: &Drift, now_ms: i64) -> Result<bool, StoreError> {
+    /// Replaces the pinned definition of (namespace, tool) — an approved drift, `drift =
+    /// "accept"`, a declared contract — and clears any pending drift, at `version`.
+    pub async fn repin(
+        &self,
+        (namespace, tool): (&str, &str),
+        version: &str,
+        pinned: &Drift,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         const SQL: &str = "UPDATE contracts SET version = $1, fingerprint = $2, definition = $3, \
                            drift_fingerprint = NULL, drift_definition = NULL, pinned_ms = $4, updated_ms = $4 \
-                           WHERE exposed = $5";
+                           WHERE namespace = $5 AND tool = $6";
         let done = on_pool!(self, |pool| sqlx::query(SQL)
             .bind(version)
             .bind(&pinned.fingerprint)
             .bind(&pinned.definition)
             .bind(now_ms)
-            .bind(exposed)
+            .bind(namespace)
+            .bind(tool)
             .execute(pool)
             .await?
             .rows_affected());
         Ok(done > 0)
+    }
+
+    /// The contract of the upstream's own (namespace, tool), whatever it is exposed as.
+    pub async fn contract_of(&self, namespace: &str, tool: &str) -> Result<Option<Contract>, StoreError> {
+        let sql =
+            sqlx::AssertSqlSafe(format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE namespace = $1 AND tool = $2"));
+        let row: Option<ContractRow> =
+            on_pool!(self, |pool| sqlx::query_as(sql).bind(namespace).bind(tool).fetch_optional(pool).await?);
+        Ok(row.map(contract))
+    }
+
+    /// Records the name a contract's tool is exposed as now (prefix mode or separator changed).
+    pub async fn rename(&self, namespace: &str, tool: &str, exposed: &str) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE contracts SET exposed = $1 WHERE namespace = $2 AND tool = $3";
+        on_pool!(self, |pool| {
+            sqlx::query(SQL).bind(exposed).bind(namespace).bind(tool).execute(pool).await?;
+        });
+        Ok(())
     }
 
     /// The latest change to any contract (cheap to poll: approvals come from other processes).
@@ -274,6 +299,18 @@ impl Store {
             tx.commit().await?;
         });
         Ok(())
+    }
+
+    /// A random 32-byte secret by name, created on first use; every replica gets the same one.
+    pub async fn secret(&self, name: &str) -> Result<Vec<u8>, StoreError> {
+        const INSERT: &str = "INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING";
+        const SELECT: &str = "SELECT value FROM secrets WHERE name = $1";
+        let fresh: [u8; 32] = rand::random();
+        let (value,): (Vec<u8>,) = on_pool!(self, |pool| {
+            sqlx::query(INSERT).bind(name).bind(&fresh[..]).execute(pool).await?;
+            sqlx::query_as(SELECT).bind(name).fetch_one(pool).await?
+        });
+        Ok(value)
     }
 
     /// Appends audit events in one transaction.

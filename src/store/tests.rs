@@ -74,10 +74,13 @@ async fn contracts_suite(store: &Store) {
     store.record_drift("ns", "echo", &drift, 3_000).await.unwrap();
     assert_eq!(store.contracts_changed_ms().await.unwrap(), 2_000);
 
-    assert!(store.repin("ns__echo", "2.0.0", &drift, 4_000).await.unwrap());
+    assert!(store.repin(("ns", "echo"), "2.0.0", &drift, 4_000).await.unwrap());
     let approved = store.contract("ns__echo").await.unwrap().unwrap();
     assert_eq!((approved.version.as_str(), approved.fingerprint.as_str(), approved.drift), ("2.0.0", "f1b", None));
-    assert!(!store.repin("ns__nope", "2.0.0", &drift, 4_000).await.unwrap());
+    assert!(!store.repin(("ns", "nope"), "2.0.0", &drift, 4_000).await.unwrap());
+    store.rename("ns", "echo", "echo").await.unwrap();
+    assert_eq!(store.contract_of("ns", "echo").await.unwrap().unwrap().exposed, "echo");
+    assert!(store.contract("ns__echo").await.unwrap().is_none());
 }
 
 async fn audit_suite(store: &Store) {
@@ -115,6 +118,18 @@ async fn embeddings_suite(store: &Store) {
     assert!(store.embeddings("m3").await.unwrap().is_empty());
 }
 
+async fn secrets_suite(store: &Store) {
+    let first = store.secret("k").await.unwrap();
+    assert_eq!(first.len(), 32);
+    assert_eq!(store.secret("k").await.unwrap(), first, "created once, then the same");
+    assert_ne!(store.secret("other").await.unwrap(), first);
+}
+
+#[tokio::test]
+async fn secrets_on_sqlite() {
+    secrets_suite(&sqlite().await).await;
+}
+
 #[tokio::test]
 async fn embeddings_on_sqlite() {
     embeddings_suite(&sqlite().await).await;
@@ -136,6 +151,7 @@ async fn contracts_and_audit_on_postgres() {
     contracts_suite(&store).await;
     audit_suite(&store).await;
     embeddings_suite(&store).await;
+    secrets_suite(&store).await;
     drop_schema(&url, &schema).await;
 }
 

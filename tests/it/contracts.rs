@@ -259,3 +259,38 @@ async fn expose_versions_names_each_tool_by_its_exact_contract_version() {
     let old = client.call_tool("fake__echo_v1_0_0", json!({})).await;
     assert_eq!(old["error"]["data"]["_meta"]["gatehouse/error"], "unknown_tool", "{old}");
 }
+
+/// A contract belongs to the upstream's own tool, not to the name it happens to be exposed as:
+/// a prefix-mode change renames it and drift detection carries on.
+#[tokio::test]
+async fn contracts_survive_a_change_of_exposed_names() {
+    let store = tempfile::tempdir().unwrap();
+    let up = FakeUpstream::new().tool_def(echo_def("Echo text back."), echo()).start().await;
+    let other = FakeUpstream::new().tool_def(add_def(), echo()).start().await;
+    let head = format!(
+        "[gateway]\nauth_disabled = true\nmanifest_ttl = \"1s\"\nprefix_mode = \"conditional\"\n[gating]\nenabled = false\n[store]\nurl = \"sqlite://{}/gatehouse.db\"\n",
+        store.path().display()
+    );
+    let alone = format!("{head}{}", upstream_block("fake", &up.url()));
+    let gw = TestGateway::start(&alone).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "the bare name", |n| n == ["echo"]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // pinned in the background
+    drop(gw);
+
+    // A second upstream: names are prefixed now, and echo's definition changed meanwhile.
+    up.set_tools(vec![(echo_def("Echo text back, and more."), echo())]);
+    let both = format!("{alone}{}", upstream_block("other", &other.url()));
+    let gw = TestGateway::start(&both).await;
+    let client = Legacy::connect(&gw.url).await;
+    wait_for(&client, "only the unchanged tool", |n| n == ["other__add"]).await;
+    let mut listed = String::new();
+    for _ in 0..100 {
+        listed = contracts_cli(&both, &["list"]).await.1;
+        if listed.lines().any(|l| l.starts_with("fake__echo") && l.contains("DRIFTED")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed.lines().any(|l| l.starts_with("fake__echo") && l.contains("DRIFTED")), "{listed}");
+}

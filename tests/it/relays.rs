@@ -120,6 +120,10 @@ async fn notifications_cancelled_from_the_agent_cancels_the_upstream_request() {
     assert!(!body.contains("\"id\":77"), "a cancelled request gets no answer: {body}");
     let upstream_id = up.hits("tools/call")[0].id.clone().unwrap();
     wait_for(|| up.hits("notifications/cancelled").iter().any(|h| h.params["requestId"] == upstream_id)).await;
+    // The call is still audited, as cancelled.
+    let text = http_client().get(format!("{}/v1/audit", gw.base)).send().await.unwrap().text().await.unwrap();
+    let audit: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(audit["events"][0]["outcome"], "cancelled", "{audit}");
 }
 
 #[tokio::test]

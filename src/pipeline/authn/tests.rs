@@ -151,6 +151,19 @@ fn oversized_and_garbage_tokens_are_refused_before_any_crypto() {
 }
 
 #[test]
+fn a_token_cannot_claim_a_configured_principal() {
+    let auth = authenticator();
+    for sub in ["ci-bot", "bearer", "stdio", "anonymous"] {
+        let mut claims = good_claims();
+        claims["sub"] = json!(sub);
+        assert!(
+            matches!(refusal(&auth, &sign(&claims, Some("k1"), ISSUER_KEY)), Refusal::Jwt(w) if w.contains("configured principal")),
+            "{sub}"
+        );
+    }
+}
+
+#[test]
 fn disabled_auth_yields_the_anonymous_principal() {
     let auth = Authenticator::new(&InboundAuth::Disabled { allow_remote: false }, &AuthConfig::default());
     assert_eq!(auth.authenticate(None).unwrap().id.as_ref(), "anonymous");
