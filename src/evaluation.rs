@@ -410,14 +410,20 @@ pub fn tune_hybrid(tools: &[ToolRecord], queries: &[QueryRecord], embedded: &Emb
     let prepared: Vec<(Vec<ranking::Hit>, Vec<ranking::Hit>)> =
         tune.iter().map(|(i, q)| (lexical.search(&q.query, 100), dense.search(&embedded.queries[*i], 100))).collect();
     let mut rows = Vec::new();
-    for by_max in [false, true] {
+    // Normalisations: 0 ceiling (BM25 / its ceiling, cosine as is), 1 both by their top hit,
+    // 2 cosine min-max over its candidates, 3 reciprocal-rank fusion (k = 60).
+    for mode in [0, 1, 2, 3] {
         for weight in [0.3, 0.4, 0.5, 0.6, 0.7, 0.8] {
             let per_query = tune
                 .iter()
                 .zip(&prepared)
                 .map(|((_, q), (lex, den))| {
-                    let (lex, den) =
-                        if by_max { (ranking::by_top(lex), ranking::by_top(den)) } else { (lex.clone(), den.clone()) };
+                    let (lex, den) = match mode {
+                        1 => (ranking::by_top(lex), ranking::by_top(den)),
+                        2 => (lex.clone(), ranking::min_max(den)),
+                        3 => (ranking::reciprocal_ranks(lex, 60.0), ranking::reciprocal_ranks(den, 60.0)),
+                        _ => (lex.clone(), den.clone()),
+                    };
                     let hits = ranking::fuse(&lex, &den, weight, 20);
                     let ids: Vec<&str> = hits.iter().map(|h| tools[h.index].id.as_str()).collect();
                     (q.is_live(), q.split(), score(&ids, &q.gold))
@@ -428,7 +434,7 @@ pub fn tune_hybrid(tools: &[ToolRecord], queries: &[QueryRecord], embedded: &Emb
             let live = run.summary(Some(true), None).mean;
             rows.push(format!(
                 "normalise {} weight {weight:.1}: R@5 {:.1} nDCG@10 {:.1} live R@5 {:.1}\n",
-                if by_max { "by top " } else { "ceiling" },
+                ["ceiling", "by top ", "min-max", "rrf-60 "][mode],
                 all.recall_5 * 100.0,
                 all.ndcg_10 * 100.0,
                 live.recall_5 * 100.0

@@ -182,3 +182,18 @@ pub fn by_top(hits: &[Hit]) -> Vec<Hit> {
     let top = hits.first().map_or(0.0, |h| h.relevance);
     hits.iter().map(|h| Hit { relevance: if top > 0.0 { h.relevance / top } else { 0.0 }, ..*h }).collect()
 }
+
+/// Rescales relevances to `[0, 1]` between the worst and best of these hits (a ranker whose
+/// scores bunch in a narrow band, like cosine similarity, then spreads over the whole range).
+pub fn min_max(hits: &[Hit]) -> Vec<Hit> {
+    let top = hits.iter().map(|h| h.relevance).fold(f32::MIN, f32::max);
+    let bottom = hits.iter().map(|h| h.relevance).fold(f32::MAX, f32::min);
+    let span = top - bottom;
+    hits.iter().map(|h| Hit { relevance: if span > 0.0 { (h.relevance - bottom) / span } else { 1.0 }, ..*h }).collect()
+}
+
+/// Relevance by rank alone, `1 / (k + rank)` scaled so the first hit is 1 (reciprocal-rank
+/// fusion when fused).
+pub fn reciprocal_ranks(hits: &[Hit], k: f32) -> Vec<Hit> {
+    hits.iter().enumerate().map(|(rank, h)| Hit { relevance: (k + 1.0) / (k + 1.0 + rank as f32), ..*h }).collect()
+}
