@@ -363,6 +363,16 @@ async fn main() {
     if let Some(i) = args.iter().position(|a| a == "--plain-forwarder") {
         return plain_forwarder(args[i + 1].clone()).await;
     }
+    if args.iter().any(|a| a == "profile") {
+        // `cargo bench --bench proxy -- profile`: c16 load on one gateway, its pid printed first,
+        // so `perf record -p PID` can watch it.
+        let upstream = start_upstream(3).await;
+        let gateway = start_gateway(&upstream, "").await;
+        println!("gateway pid {}", gateway.pid().unwrap_or(0));
+        let f = load(&gateway.url, 16, "tools/call", call("fast__tool_00001"), gateway.pid()).await;
+        println!("c16 through gatehouse: {:.0} req/s, p50 {:.0} µs", f.rps, us(f.p50));
+        return;
+    }
     if args.iter().any(|a| a == "pipeline") {
         // `cargo bench --bench proxy -- pipeline`: only the pipeline and audit rows.
         pipeline_overhead(&start_upstream(3).await).await;
