@@ -280,11 +280,15 @@ fn next_major(version: &str) -> String {
 /// replica's pins).
 const POLL: Duration = Duration::from_secs(2);
 
+/// Polls between unconditional reloads (every 30 s).
+const FULL_RELOAD_EVERY: u64 = 15;
+
 /// Keeps the store in step with the catalog, and the pins in step with the store.
 pub async fn keep_reconciled(contracts: Arc<Contracts>, catalog: Arc<Catalog>) {
     let mut changes = catalog.subscribe();
     let mut seen_ms = 0;
     let mut pending = true;
+    let mut polls: u64 = 0;
     loop {
         if pending {
             let snapshot = changes.borrow_and_update().clone();
@@ -301,16 +305,21 @@ pub async fn keep_reconciled(contracts: Arc<Contracts>, catalog: Arc<Catalog>) {
                 Ok(()) => pending = true,
                 Err(_) => return,
             },
-            () = tokio::time::sleep(POLL) => match contracts.store.contracts_changed_ms().await {
-                Ok(ms) if ms != seen_ms => {
-                    seen_ms = ms;
-                    if let Err(e) = contracts.reload().await {
-                        tracing::error!(error = %e, "reloading contracts failed");
+            () = tokio::time::sleep(POLL) => {
+                polls += 1;
+                match contracts.store.contracts_changed_ms().await {
+                    // The latest change time comes from the clock of whichever host made it; a
+                    // full reload every FULL_RELOAD_EVERY polls bounds what a lagging clock hides.
+                    Ok(ms) if ms != seen_ms || polls % FULL_RELOAD_EVERY == 0 => {
+                        seen_ms = ms;
+                        if let Err(e) = contracts.reload().await {
+                            tracing::error!(error = %e, "reloading contracts failed");
+                        }
                     }
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "reading contracts failed"),
                 }
-                Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "reading contracts failed"),
-            },
+            }
         }
     }
 }
