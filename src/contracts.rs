@@ -164,6 +164,14 @@ impl Contracts {
     }
 
     async fn reload(&self) -> Result<(), StoreError> {
+        self.reload_after(&[]).await
+    }
+
+    /// Reloads every pin. `ours` are the (key, fingerprint) pins this process just wrote from
+    /// the catalog it serves: those record what agents already see. Any other change — an
+    /// approval, a re-pin, or a pin another replica wrote first with another fingerprint — may
+    /// change what agents may see, so views rebuild and agents are told.
+    async fn reload_after(&self, ours: &[(Key, String)]) -> Result<(), StoreError> {
         let all = self.store.contracts().await?;
         let fresh: HashMap<Key, Pinned> = all
             .into_iter()
@@ -173,12 +181,15 @@ impl Contracts {
             })
             .collect();
         let mut pinned = self.pinned.write().expect("contracts lock poisoned");
-        // A new pin records what agents already see; only a changed or removed pin (an
-        // approval, a re-pin) can change what they may see.
-        let changed = pinned.iter().any(|(k, p)| fresh.get(k).is_none_or(|f| f.fingerprint != p.fingerprint));
+        let changed_or_removed =
+            pinned.iter().any(|(k, p)| fresh.get(k).is_none_or(|f| f.fingerprint != p.fingerprint));
+        let added_elsewhere = fresh
+            .iter()
+            .filter(|(k, _)| !pinned.contains_key(*k))
+            .any(|(k, f)| !ours.iter().any(|(ok, ofp)| ok == k && *ofp == f.fingerprint));
         *pinned = fresh;
         drop(pinned);
-        if changed {
+        if changed_or_removed || added_elsewhere {
             self.generation.send_modify(|g| *g += 1);
         }
         Ok(())
@@ -243,12 +254,14 @@ impl Contracts {
                 }
             }
         }
+        let mut ours = Vec::with_capacity(first_seen.len());
         if !first_seen.is_empty() {
             let pinned = self.store.pin_all(&first_seen).await?;
             tracing::info!(pinned, "contracts pinned on first use");
+            ours.extend(first_seen.into_iter().map(|c| ((c.namespace.into(), c.tool.into()), c.fingerprint)));
             touched = true;
         }
-        if touched { self.reload().await } else { Ok(()) }
+        if touched { self.reload_after(&ours).await } else { Ok(()) }
     }
 }
 
