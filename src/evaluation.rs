@@ -20,6 +20,13 @@ pub struct ToolRecord {
     pub definition: Value,
 }
 
+impl ToolRecord {
+    /// The MCP server the tool came from: its namespace in a gateway.
+    pub fn server(&self) -> &str {
+        self.definition.get("server").and_then(Value::as_str).unwrap_or_default()
+    }
+}
+
 #[derive(Deserialize)]
 pub struct QueryRecord {
     pub id: String,
@@ -190,12 +197,7 @@ pub async fn embed_all(
     queries: &[QueryRecord],
 ) -> Result<Embedded, String> {
     let started = std::time::Instant::now();
-    let passages: Vec<String> = tools
-        .iter()
-        .map(|t| {
-            ranking::tool_passage(&t.definition, t.definition.get("server").and_then(Value::as_str).unwrap_or_default())
-        })
-        .collect();
+    let passages: Vec<String> = tools.iter().map(|t| ranking::tool_passage(&t.definition, t.server())).collect();
     let (tool_vectors, fresh) = cache.embed(embedder, &passages).await.map_err(|e| e.to_string())?;
     let indexing = started.elapsed().as_secs_f64();
     let texts: Vec<String> = queries.iter().map(|q| q.query.clone()).collect();
@@ -216,16 +218,7 @@ pub fn run_embedded(
     embedded: &Embedded,
     dense_weight: Option<f32>,
 ) -> Run {
-    let documents: Vec<_> = tools
-        .iter()
-        .map(|t| {
-            ranking::tool_document(
-                &t.definition,
-                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
-            )
-        })
-        .collect();
-    let lexical = Lexical::new(&documents);
+    let lexical = lexical(tools, &ranking::WEIGHTS);
     let dense = ranking::Dense::new(embedded.tools.clone());
     let per_query = queries
         .iter()
@@ -242,23 +235,20 @@ pub fn run_embedded(
     Run { per_query }
 }
 
+/// BM25 over the tools' documents (each tool's `server` as its namespace).
+fn lexical(tools: &[ToolRecord], weights: &ranking::Weights) -> Lexical {
+    let documents: Vec<_> =
+        tools.iter().map(|t| ranking::tool_document_weighted(&t.definition, t.server(), weights)).collect();
+    Lexical::new(&documents)
+}
+
 /// Ranks every query with BM25 over the tool documents.
 pub fn run_lexical(tools: &[ToolRecord], queries: &[QueryRecord]) -> Run {
     run_lexical_weighted(tools, queries, &ranking::WEIGHTS)
 }
 
 pub fn run_lexical_weighted(tools: &[ToolRecord], queries: &[QueryRecord], weights: &ranking::Weights) -> Run {
-    let documents: Vec<_> = tools
-        .iter()
-        .map(|t| {
-            ranking::tool_document_weighted(
-                &t.definition,
-                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
-                weights,
-            )
-        })
-        .collect();
-    let ranker = Lexical::new(&documents);
+    let ranker = lexical(tools, weights);
     let per_query = queries
         .iter()
         .map(|q| {
@@ -349,16 +339,7 @@ pub fn tune_weights(tools: &[ToolRecord], queries: &[QueryRecord]) -> String {
 /// compares with that of the other tools there and with the best hit of queries that have no
 /// fitting tool (BFCL's irrelevance set). Prints, per candidate floor, the share of each kept.
 pub fn tune_floor(tools: &[ToolRecord], queries: &[QueryRecord], irrelevant: &[QueryRecord]) -> String {
-    let documents: Vec<_> = tools
-        .iter()
-        .map(|t| {
-            ranking::tool_document(
-                &t.definition,
-                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
-            )
-        })
-        .collect();
-    let ranker = Lexical::new(&documents);
+    let ranker = lexical(tools, &ranking::WEIGHTS);
     let (mut gold_hits, mut other_hits) = (Vec::new(), Vec::new());
     for q in queries.iter().filter(|q| q.split() == Split::Tune) {
         let gold: HashSet<&str> = q.gold.iter().flatten().map(String::as_str).collect();
@@ -394,16 +375,7 @@ pub fn tune_floor(tools: &[ToolRecord], queries: &[QueryRecord], irrelevant: &[Q
 
 /// Grid search of hybrid fusion on the tuning half only: dense weight × score normalisation.
 pub fn tune_hybrid(tools: &[ToolRecord], queries: &[QueryRecord], embedded: &Embedded) -> String {
-    let documents: Vec<_> = tools
-        .iter()
-        .map(|t| {
-            ranking::tool_document(
-                &t.definition,
-                t.definition.get("server").and_then(Value::as_str).unwrap_or_default(),
-            )
-        })
-        .collect();
-    let lexical = Lexical::new(&documents);
+    let lexical = lexical(tools, &ranking::WEIGHTS);
     let dense = ranking::Dense::new(embedded.tools.clone());
     let tune: Vec<(usize, &QueryRecord)> =
         queries.iter().enumerate().filter(|(_, q)| q.split() == Split::Tune).collect();

@@ -5,10 +5,22 @@
 
 use std::path::PathBuf;
 
-use http::HeaderValue;
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use super::UpstreamError;
 use crate::config::UpstreamAuth;
+
+/// Puts a credential on a request: `Authorization: Bearer …`, and the raw token again as
+/// `X-Auth-Token` (Bamboo/PanDA servers read that one).
+pub fn insert_credential(headers: &mut HeaderMap, auth: &HeaderValue) {
+    headers.insert(header::AUTHORIZATION, auth.clone());
+    if let Some(raw) = auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) {
+        if let Ok(mut v) = HeaderValue::from_str(raw) {
+            v.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-auth-token"), v);
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum TokenSource {

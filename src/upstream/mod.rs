@@ -27,6 +27,31 @@ use crate::protocol::ProtocolVersion;
 use crate::telemetry::Metrics;
 
 pub use relay::{Inbound, Relay};
+
+/// Any JSON-RPC message an upstream sends, as the transports read it (only what they act on).
+#[derive(serde::Deserialize)]
+struct Message {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<ErrorBody>,
+}
+
+/// A JSON-RPC error object from an upstream.
+#[derive(serde::Deserialize)]
+struct ErrorBody {
+    code: i64,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    data: Option<Value>,
+}
 pub use sse::{SseSetup, SseTransport};
 pub use stdio::StdioTransport;
 pub use streamable_http::StreamableHttp;

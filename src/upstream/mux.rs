@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use http::HeaderMap;
 use reqwest::Url;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::relay::{self, Relay};
-use super::{Era, UpstreamError, stamp_envelope};
+use super::{Era, Message, UpstreamError, stamp_envelope};
 
 /// How messages leave toward the server.
 pub enum Outbound {
@@ -78,29 +77,6 @@ pub struct Mux {
     pub closed: CancellationToken,
     list_changed: Arc<Notify>,
     garbage: AtomicU64,
-}
-
-#[derive(Deserialize)]
-struct Message {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Option<Value>,
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
-    #[serde(default)]
-    error: Option<ErrorBody>,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    code: i64,
-    #[serde(default)]
-    message: String,
-    #[serde(default)]
-    data: Option<Value>,
 }
 
 impl Mux {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use reqwest::Url;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -134,13 +134,7 @@ impl SseTransport {
     fn headers(&self, auth: Option<&HeaderValue>) -> HeaderMap {
         let mut headers = self.static_headers.clone();
         if let Some(auth) = auth {
-            headers.insert(header::AUTHORIZATION, auth.clone());
-            if let Some(raw) = auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) {
-                if let Ok(mut v) = HeaderValue::from_str(raw) {
-                    v.set_sensitive(true);
-                    headers.insert(HeaderName::from_static("x-auth-token"), v);
-                }
-            }
+            super::auth::insert_credential(&mut headers, auth);
         }
         headers
     }

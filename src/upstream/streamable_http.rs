@@ -19,7 +19,6 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use reqwest::Url;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
@@ -27,7 +26,7 @@ use super::auth::TokenSource;
 use super::mux::Poster;
 use super::relay::{self, Relay};
 use super::sse::SseSetup;
-use super::{Era, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope};
+use super::{Era, Message, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope};
 use crate::protocol::{ProtocolVersion, header as mcp_header};
 
 /// Error bodies are only sniffed (for "session"), never relayed: a small cap is enough.
@@ -59,15 +58,6 @@ pub struct StreamableHttp {
     /// Stops the current link's notification stream when the link is replaced or dropped.
     watch: std::sync::Mutex<Option<DropGuard>>,
     list_changed: Arc<Notify>,
-}
-
-#[derive(Deserialize)]
-struct RpcErrorBody {
-    code: i64,
-    #[serde(default)]
-    message: String,
-    #[serde(default)]
-    data: Option<Value>,
 }
 
 impl StreamableHttp {
@@ -283,14 +273,7 @@ impl StreamableHttp {
             headers.insert(HeaderName::from_static(mcp_header::SESSION_ID), session.clone());
         }
         if let Some(auth) = &link.auth {
-            headers.insert(header::AUTHORIZATION, auth.clone());
-            // Bamboo/PanDA servers read the raw token from X-Auth-Token.
-            if let Some(raw) = auth.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) {
-                if let Ok(mut v) = HeaderValue::from_str(raw) {
-                    v.set_sensitive(true);
-                    headers.insert(HeaderName::from_static("x-auth-token"), v);
-                }
-            }
+            super::auth::insert_credential(&mut headers, auth);
         }
         headers
     }
@@ -444,20 +427,6 @@ enum Frame {
     },
     /// A response to some other id: not ours to handle.
     Other,
-}
-
-#[derive(Deserialize)]
-struct Message {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Option<Value>,
-    #[serde(default)]
-    result: Option<Box<RawValue>>,
-    #[serde(default)]
-    error: Option<RpcErrorBody>,
 }
 
 fn parse_frame(body: &[u8], id: u64) -> Frame {

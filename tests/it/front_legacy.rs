@@ -203,14 +203,7 @@ async fn get_stream_primes_keeps_alive_and_carries_list_changed() {
     let client = Legacy::connect(&gw.url).await;
     assert_eq!(client.tool_names().await, ["fake__echo"]);
 
-    let mut stream = client
-        .http
-        .get(&gw.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", client.session.as_ref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let mut stream = client.open_stream().await;
     assert_eq!(stream.status(), 200);
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
     let first = String::from_utf8(stream.chunk().await.unwrap().unwrap().to_vec()).unwrap();

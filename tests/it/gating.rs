@@ -195,14 +195,7 @@ async fn search_tools_finds_tools_and_adds_them_to_the_sessions_list() {
     let up = catalog().await;
     let gw = TestGateway::start(&gated_config(&up.url(), "")).await;
     let client = Legacy::connect(&gw.url).await;
-    let mut stream = client
-        .http
-        .get(&gw.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", client.session.as_ref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let mut stream = client.open_stream().await;
     let _priming = stream.chunk().await.unwrap();
 
     let reply = client

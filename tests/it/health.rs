@@ -74,14 +74,7 @@ async fn an_unchanged_probe_changes_nothing_downstream() {
     let gw = TestGateway::start(&config(&up.url(), "probe_interval = \"200ms\"\n")).await;
     let client = Legacy::connect(&gw.url).await;
     let before = gw.wait_for_state("fake", "up").await;
-    let mut stream = client
-        .http
-        .get(&gw.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", client.session.as_ref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let mut stream = client.open_stream().await;
     let _priming = stream.chunk().await.unwrap();
     for _ in 0..100 {
         if up.hit_count("tools/list") >= 4 {

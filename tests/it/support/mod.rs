@@ -165,6 +165,18 @@ impl Legacy {
         self
     }
 
+    /// Opens the session's GET stream (server-to-client notifications).
+    pub async fn open_stream(&self) -> reqwest::Response {
+        let session = self.session.as_ref().expect("an initialized session");
+        self.http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// Initializes, records the session id, sends `notifications/initialized`.
     pub async fn connect(url: &str) -> Self {
         let mut client = Self::new(url);
