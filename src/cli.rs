@@ -128,52 +128,67 @@ enum Contracts {
 enum Bench {
     /// Retrieval quality (R@k, C@10, MRR@20, nDCG@10) on a tool/query dataset
     Retrieval {
-        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
-        tools: PathBuf,
-        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
-        queries: PathBuf,
+        #[command(flatten)]
+        data: Dataset,
         /// bm25, dense or hybrid (dense and hybrid need --model)
         #[arg(long, default_value = "bm25")]
         ranker: String,
-        /// Directory of the local embedding model (scripts/fetch-model puts it in .models/)
-        #[arg(long, default_value = ".models/all-minilm-l6-v2")]
-        model: PathBuf,
+        #[command(flatten)]
+        model: Model,
         /// Hybrid: weight of the dense score (the rest is BM25's)
         #[arg(long, default_value_t = crate::ranking::DENSE_WEIGHT)]
         dense_weight: f32,
     },
     /// Prompt-cache simulation: tokens sent and cached per turn under four exposure policies
     Cache {
-        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
-        tools: PathBuf,
-        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
-        queries: PathBuf,
+        #[command(flatten)]
+        data: Dataset,
     },
     /// Relevance-floor statistics on the tuning half (gold vs other hits, irrelevance queries)
     TuneFloor {
-        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
-        tools: PathBuf,
-        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
-        queries: PathBuf,
+        #[command(flatten)]
+        data: Dataset,
         #[arg(long, default_value = "bench/data/bfcl/queries_irrelevance.jsonl")]
         irrelevant: PathBuf,
     },
     /// Grid search of hybrid fusion (dense weight, normalisation) on the tuning half
     TuneHybrid {
-        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
-        tools: PathBuf,
-        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
-        queries: PathBuf,
-        #[arg(long, default_value = ".models/all-minilm-l6-v2")]
-        model: PathBuf,
+        #[command(flatten)]
+        data: Dataset,
+        #[command(flatten)]
+        model: Model,
+    },
+    /// How far any mix of BM25, dense and hybrid could go (best per query, with hindsight), and
+    /// where hybrid's misses rank
+    Ceiling {
+        #[command(flatten)]
+        data: Dataset,
+        #[command(flatten)]
+        model: Model,
     },
     /// Grid search of BM25 field weights on the tuning half of a dataset
     TuneBm25 {
-        #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
-        tools: PathBuf,
-        #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
-        queries: PathBuf,
+        #[command(flatten)]
+        data: Dataset,
     },
+}
+
+/// A retrieval dataset in the layout of `bench/data/` (BFCL by default).
+#[derive(clap::Args)]
+struct Dataset {
+    /// Tools, one JSON object a line ({"id", "name", "description", "inputSchema", ...})
+    #[arg(long, default_value = "bench/data/bfcl/tools.jsonl")]
+    tools: PathBuf,
+    /// Queries with their gold tools, one JSON object a line ({"id", "query", "gold", "meta"})
+    #[arg(long, default_value = "bench/data/bfcl/queries.jsonl")]
+    queries: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct Model {
+    /// Directory of the local embedding model (scripts/fetch-model puts it in .models/)
+    #[arg(long = "model", default_value = ".models/all-minilm-l6-v2")]
+    dir: PathBuf,
 }
 
 /// Parses the command line and runs it. Exit codes: 0 ok, 1 failure, 2 bad usage or config.
@@ -550,16 +565,16 @@ async fn search(gateway: &gateway::Gateway, query: &str, limit: usize) -> Result
 }
 
 fn run_bench(bench: Bench) -> Result<String, String> {
-    let load = |tools: &Path, queries: &Path| -> Result<(Vec<ToolRecord>, Vec<QueryRecord>), String> {
-        Ok((evaluation::read_jsonl(tools)?, evaluation::read_jsonl(queries)?))
+    let load = |data: &Dataset| -> Result<(Vec<ToolRecord>, Vec<QueryRecord>), String> {
+        Ok((evaluation::read_jsonl(&data.tools)?, evaluation::read_jsonl(&data.queries)?))
     };
     match bench {
-        Bench::Retrieval { tools, queries, ranker, model, dense_weight } => {
-            let (tools, queries) = load(&tools, &queries)?;
+        Bench::Retrieval { data, ranker, model, dense_weight } => {
+            let (tools, queries) = load(&data)?;
             let run = match ranker.as_str() {
                 "bm25" => evaluation::run_lexical(&tools, &queries),
                 "dense" | "hybrid" => {
-                    let embedded = embed_dataset(&model, &tools, &queries)?;
+                    let embedded = embed_dataset(&model.dir, &tools, &queries)?;
                     let weight = (ranker == "hybrid").then_some(dense_weight);
                     evaluation::run_embedded(&tools, &queries, &embedded, weight)
                 }
@@ -567,22 +582,27 @@ fn run_bench(bench: Bench) -> Result<String, String> {
             };
             Ok(format!("{} tools, {} queries\n{}", tools.len(), queries.len(), run.report(&ranker)))
         }
-        Bench::Cache { tools, queries } => {
-            let (tools, queries) = load(&tools, &queries)?;
+        Bench::Cache { data } => {
+            let (tools, queries) = load(&data)?;
             Ok(crate::simulation::prompt_cache(&tools, &queries))
         }
-        Bench::TuneFloor { tools, queries, irrelevant } => {
-            let (tools, queries) = load(&tools, &queries)?;
+        Bench::TuneFloor { data, irrelevant } => {
+            let (tools, queries) = load(&data)?;
             let irrelevant: Vec<QueryRecord> = evaluation::read_jsonl(&irrelevant)?;
             Ok(evaluation::tune_floor(&tools, &queries, &irrelevant))
         }
-        Bench::TuneHybrid { tools, queries, model } => {
-            let (tools, queries) = load(&tools, &queries)?;
-            let embedded = embed_dataset(&model, &tools, &queries)?;
+        Bench::TuneHybrid { data, model } => {
+            let (tools, queries) = load(&data)?;
+            let embedded = embed_dataset(&model.dir, &tools, &queries)?;
             Ok(evaluation::tune_hybrid(&tools, &queries, &embedded))
         }
-        Bench::TuneBm25 { tools, queries } => {
-            let (tools, queries) = load(&tools, &queries)?;
+        Bench::Ceiling { data, model } => {
+            let (tools, queries) = load(&data)?;
+            let embedded = embed_dataset(&model.dir, &tools, &queries)?;
+            Ok(evaluation::ceiling(&tools, &queries, &embedded))
+        }
+        Bench::TuneBm25 { data } => {
+            let (tools, queries) = load(&data)?;
             Ok(evaluation::tune_weights(&tools, &queries))
         }
     }

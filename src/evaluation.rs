@@ -218,21 +218,110 @@ pub fn run_embedded(
     embedded: &Embedded,
     dense_weight: Option<f32>,
 ) -> Run {
-    let lexical = lexical(tools, &ranking::WEIGHTS);
-    let dense = ranking::Dense::new(embedded.tools.clone());
+    let rankers = Rankers::new(tools, embedded);
     let per_query = queries
         .iter()
         .zip(&embedded.queries)
         .map(|(q, v)| {
             let hits = match dense_weight {
-                None => dense.search(v, 20),
-                Some(w) => ranking::fuse(&lexical.search(&q.query, 100), &dense.search(v, 100), w, 20),
+                None => rankers.dense.search(v, 20),
+                Some(w) => rankers.hybrid(&q.query, v, w, 20),
             };
-            let ids: Vec<&str> = hits.iter().map(|h| tools[h.index].id.as_str()).collect();
-            (q.is_live(), q.split(), score(&ids, &q.gold))
+            (q.is_live(), q.split(), score(&ids(tools, &hits), &q.gold))
         })
         .collect();
     Run { per_query }
+}
+
+/// The three rankers over one catalog.
+struct Rankers {
+    lexical: Lexical,
+    dense: ranking::Dense,
+}
+
+impl Rankers {
+    fn new(tools: &[ToolRecord], embedded: &Embedded) -> Self {
+        Self { lexical: lexical(tools, &ranking::WEIGHTS), dense: ranking::Dense::new(embedded.tools.clone()) }
+    }
+
+    fn hybrid(&self, query: &str, vector: &[f32], dense_weight: f32, k: usize) -> Vec<ranking::Hit> {
+        ranking::fuse(&self.lexical.search(query, 100), &self.dense.search(vector, 100), dense_weight, k)
+    }
+}
+
+fn ids<'a>(tools: &'a [ToolRecord], hits: &[ranking::Hit]) -> Vec<&'a str> {
+    hits.iter().map(|h| tools[h.index].id.as_str()).collect()
+}
+
+/// How much better any way of mixing these rankers could do, and why hybrid misses: per query
+/// the best of BM25, dense and hybrid chosen *with hindsight* (an upper bound for any selector
+/// or fusion of the three), then, for every gold tool hybrid leaves out of its top 5, where it
+/// ranked and whether a near-duplicate of it (passage cosine at least 0.7 or 0.8) took its place.
+pub fn ceiling(tools: &[ToolRecord], queries: &[QueryRecord], embedded: &Embedded) -> String {
+    let rankers = Rankers::new(tools, embedded);
+    let mut misses = 0usize;
+    let mut near_duplicates = [0usize; 2];
+    let mut ranked_at = [0usize; 4]; // 6–10, 11–20, 21–100, beyond 100
+    let per_query = queries
+        .iter()
+        .zip(&embedded.queries)
+        .map(|(q, v)| {
+            let hybrid = rankers.hybrid(&q.query, v, ranking::DENSE_WEIGHT, 100);
+            for group in &q.gold {
+                let gold: Vec<usize> =
+                    tools.iter().enumerate().filter(|(_, t)| group.contains(&t.id)).map(|(i, _)| i).collect();
+                let position = hybrid.iter().position(|h| gold.contains(&h.index));
+                if position.is_some_and(|p| p < 5) {
+                    continue;
+                }
+                misses += 1;
+                ranked_at[match position {
+                    Some(p) if p < 10 => 0,
+                    Some(p) if p < 20 => 1,
+                    Some(_) => 2,
+                    None => 3,
+                }] += 1;
+                let closest = hybrid
+                    .iter()
+                    .take(5)
+                    .flat_map(|h| gold.iter().map(move |&g| cosine(&embedded.tools[h.index], &embedded.tools[g])))
+                    .fold(f32::MIN, f32::max);
+                for (count, threshold) in near_duplicates.iter_mut().zip([0.7, 0.8]) {
+                    *count += usize::from(closest >= threshold);
+                }
+            }
+            let candidates = [
+                score(&ids(tools, &rankers.lexical.search(&q.query, 20)), &q.gold),
+                score(&ids(tools, &rankers.dense.search(v, 20)), &q.gold),
+                score(&ids(tools, &hybrid[..hybrid.len().min(20)]), &q.gold),
+            ];
+            let best = candidates
+                .into_iter()
+                .max_by(|a, b| a.recall_5.total_cmp(&b.recall_5).then(a.ndcg_10.total_cmp(&b.ndcg_10)))
+                .unwrap_or_default();
+            (q.is_live(), q.split(), best)
+        })
+        .collect();
+    let mut out = Run { per_query }.report("best of bm25, dense and hybrid per query, chosen with hindsight");
+    let groups: usize = queries.iter().map(|q| q.gold.len()).sum();
+    let _ = writeln!(
+        out,
+        "\nhybrid misses {misses} of {groups} gold tools in its top 5; ranked 6-10: {}, 11-20: {}, 21-100: {}, \
+         below 100: {}",
+        ranked_at[0], ranked_at[1], ranked_at[2], ranked_at[3]
+    );
+    let _ = writeln!(
+        out,
+        "of those misses, a near-duplicate of the gold tool is in the top 5 instead: {} (passage cosine >= 0.7), \
+         {} (>= 0.8)",
+        near_duplicates[0], near_duplicates[1]
+    );
+    out
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    // Passage vectors are unit length: the dot product is the cosine.
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// BM25 over the tools' documents (each tool's `server` as its namespace).
@@ -258,49 +347,6 @@ pub fn run_lexical_weighted(tools: &[ToolRecord], queries: &[QueryRecord], weigh
         })
         .collect();
     Run { per_query }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gold(groups: &[&[&str]]) -> Vec<Vec<String>> {
-        groups.iter().map(|g| g.iter().map(|s| s.to_string()).collect()).collect()
-    }
-
-    #[test]
-    fn a_perfect_single_answer_scores_one_everywhere() {
-        let s = score(&["a", "b", "c"], &gold(&[&["a"]]));
-        assert_eq!((s.recall_1, s.recall_5, s.complete_10, s.mrr_20, s.ndcg_10), (1.0, 1.0, 1.0, 1.0, 1.0));
-    }
-
-    #[test]
-    fn groups_count_once_and_any_member_satisfies_them() {
-        // Two groups; the first is satisfied by either x or y (both ranked), the second missed.
-        let s = score(&["x", "y", "z"], &gold(&[&["x", "y"], &["q"]]));
-        assert_eq!(s.recall_5, 0.5);
-        assert_eq!(s.complete_10, 0.0);
-        assert_eq!(s.mrr_20, 1.0);
-        let ideal = 1.0 + 1.0 / 3f64.log2();
-        assert!((s.ndcg_10 - 1.0 / ideal).abs() < 1e-9, "y does not count again for group one");
-    }
-
-    #[test]
-    fn rank_positions_matter() {
-        let s = score(&["n1", "n2", "hit"], &gold(&[&["hit"]]));
-        assert_eq!(s.recall_1, 0.0);
-        assert_eq!(s.recall_5, 1.0);
-        assert!((s.mrr_20 - 1.0 / 3.0).abs() < 1e-9);
-        assert!((s.ndcg_10 - 1.0 / 4f64.log2()).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_split_is_stable_and_roughly_even() {
-        let q = |id: &str| QueryRecord { id: id.into(), query: String::new(), gold: vec![], meta: Value::Null };
-        assert_eq!(q("simple_python_0").split(), q("simple_python_0").split());
-        let tune = (0..1000).filter(|i| q(&format!("q{i}")).split() == Split::Tune).count();
-        assert!((400..600).contains(&tune), "{tune}");
-    }
 }
 
 /// Grid search over field weights on the tuning half only (prints the best few). Test-half
@@ -414,4 +460,81 @@ pub fn tune_hybrid(tools: &[ToolRecord], queries: &[QueryRecord], embedded: &Emb
         }
     }
     rows.concat()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gold(groups: &[&[&str]]) -> Vec<Vec<String>> {
+        groups.iter().map(|g| g.iter().map(|s| s.to_string()).collect()).collect()
+    }
+
+    #[test]
+    fn a_perfect_single_answer_scores_one_everywhere() {
+        let s = score(&["a", "b", "c"], &gold(&[&["a"]]));
+        assert_eq!((s.recall_1, s.recall_5, s.complete_10, s.mrr_20, s.ndcg_10), (1.0, 1.0, 1.0, 1.0, 1.0));
+    }
+
+    #[test]
+    fn groups_count_once_and_any_member_satisfies_them() {
+        // Two groups; the first is satisfied by either x or y (both ranked), the second missed.
+        let s = score(&["x", "y", "z"], &gold(&[&["x", "y"], &["q"]]));
+        assert_eq!(s.recall_5, 0.5);
+        assert_eq!(s.complete_10, 0.0);
+        assert_eq!(s.mrr_20, 1.0);
+        let ideal = 1.0 + 1.0 / 3f64.log2();
+        assert!((s.ndcg_10 - 1.0 / ideal).abs() < 1e-9, "y does not count again for group one");
+    }
+
+    #[test]
+    fn rank_positions_matter() {
+        let s = score(&["n1", "n2", "hit"], &gold(&[&["hit"]]));
+        assert_eq!(s.recall_1, 0.0);
+        assert_eq!(s.recall_5, 1.0);
+        assert!((s.mrr_20 - 1.0 / 3.0).abs() < 1e-9);
+        assert!((s.ndcg_10 - 1.0 / 4f64.log2()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_ceiling_counts_misses_and_the_near_duplicates_that_took_their_place() {
+        let tool = |id: &str, description: &str| ToolRecord {
+            id: id.into(),
+            definition: serde_json::json!({ "name": id, "description": description }),
+        };
+        let unit = |v: Vec<f32>| crate::ranking::embed::normalise(v);
+        let axis = |i: usize| unit((0..8).map(|j| if i == j { 1.0 } else { 0.0 }).collect());
+        let mut tools: Vec<ToolRecord> = (0..7).map(|i| tool(&format!("alpha_{i}"), "alpha thing")).collect();
+        tools.push(tool("omega", "omega"));
+        // alpha_0 is a near-duplicate of omega (cosine 0.83); the rest are unrelated to it.
+        let mut vectors: Vec<Vec<f32>> = (0..7).map(axis).collect();
+        vectors[0] = unit(vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.5]);
+        vectors.push(axis(7));
+        let query = |id: &str, text: &str| QueryRecord {
+            id: id.into(),
+            query: text.into(),
+            gold: vec![vec!["omega".into()]],
+            meta: Value::Null,
+        };
+        let queries = vec![query("missed", "alpha thing"), query("found", "omega")];
+        let embedded = Embedded {
+            tools: vectors,
+            queries: vec![unit(vec![3.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]), axis(7)],
+            seconds: 0.0,
+        };
+        let report = ceiling(&tools, &queries, &embedded);
+        assert!(report.contains("hybrid misses 1 of 2 gold tools in its top 5"), "{report}");
+        assert!(report.contains("below 100: 1"), "{report}");
+        assert!(report.contains("instead: 1 (passage cosine >= 0.7), 1 (>= 0.8)"), "{report}");
+        let all = report.lines().find(|l| l.starts_with("all (all)")).unwrap_or_default();
+        assert!(all.contains(" 50.0 "), "one of two queries is answerable by any ranker: {all}");
+    }
+
+    #[test]
+    fn the_split_is_stable_and_roughly_even() {
+        let q = |id: &str| QueryRecord { id: id.into(), query: String::new(), gold: vec![], meta: Value::Null };
+        assert_eq!(q("simple_python_0").split(), q("simple_python_0").split());
+        let tune = (0..1000).filter(|i| q(&format!("q{i}")).split() == Split::Tune).count();
+        assert!((400..600).contains(&tune), "{tune}");
+    }
 }

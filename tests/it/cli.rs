@@ -149,3 +149,59 @@ async fn tools_and_search_commands_show_the_manifest_and_rankings() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("  1. office__get_weather"), "{text}");
 }
+
+#[test]
+fn bench_retrieval_scores_any_dataset_in_the_bench_layout_and_names_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.jsonl");
+    let queries = dir.path().join("queries.jsonl");
+    std::fs::write(
+        &tools,
+        concat!(
+            r#"{"id": "weather", "name": "get_weather", "description": "Current weather for a city."}"#,
+            "\n",
+            r#"{"id": "stocks", "name": "stock_quote", "description": "Latest stock price for a ticker."}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &queries,
+        concat!(
+            r#"{"id": "q1", "query": "what is the weather in Oslo", "gold": [["weather"]], "meta": {"category": "simple"}}"#,
+            "\n",
+            r#"{"id": "q2", "query": "price of the AAPL stock", "gold": [["stocks"]], "meta": {"category": "live_simple"}}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["bench", "retrieval", "--tools"])
+            .arg(&tools)
+            .arg("--queries")
+            .arg(&queries)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(report.contains("2 tools, 2 queries"), "{report}");
+    let all = report.lines().find(|l| l.starts_with("all (all)")).unwrap_or_default();
+    assert!(all.contains(" 100.0 "), "both queries find their tool first: {report}");
+    let live = report.lines().find(|l| l.starts_with("live (all)")).unwrap_or_default();
+    assert!(live.split_whitespace().nth(2) == Some("1"), "one live query, reported apart: {report}");
+
+    let out = run(&["--ranker", "bm42"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--ranker \"bm42\"") && err.contains("expected bm25, dense or hybrid"), "{err}");
+
+    std::fs::write(&queries, "{\"id\": \"q1\", \"query\": \n").unwrap();
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("queries.jsonl:1"), "the file and line of the bad record: {err}");
+}
