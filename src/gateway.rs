@@ -81,16 +81,7 @@ impl Gateway {
             let refresh = config.gateway.manifest_ttl.min(upstream.config.probe_interval);
             tokio::spawn(upstream::supervise(upstream.clone(), catalog.clone(), refresh, tx));
         }
-        // Ended agent sessions close their per-client upstream sessions.
         let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<Arc<str>>();
-        let per_client = upstreams.clone();
-        tokio::spawn(async move {
-            while let Some(id) = ended_rx.recv().await {
-                for upstream in per_client.iter() {
-                    upstream.end_session(&id).await;
-                }
-            }
-        });
         let policy =
             Arc::new(Policy::new(config.policy.as_ref(), config.mutating.clone()).map_err(StartError::Policy)?);
         if !policy.is_active() {
@@ -107,6 +98,20 @@ impl Gateway {
             audit_key,
         };
         let front = Arc::new(Front::new(config, parts));
+        // Ended agent sessions release their resource subscriptions and close their per-client
+        // upstream sessions.
+        let ended = front.clone();
+        tokio::spawn(async move {
+            while let Some(id) = ended_rx.recv().await {
+                front::release_subscriptions(&ended, &id).await;
+                for upstream in ended.upstreams.iter() {
+                    upstream.end_session(&id).await;
+                }
+            }
+        });
+        for upstream in 0..front.upstreams.len() {
+            tokio::spawn(front::fan_out_resource_updates(front.clone(), upstream));
+        }
         tokio::spawn(contracts::keep_reconciled(contracts, catalog.clone()));
         if let Some(load) = embedder_loader(config, front.contracts.store().clone()) {
             // Loading from here on, so nobody sees "off" before the task runs.

@@ -194,6 +194,12 @@ impl Pipeline {
         let upstream = &self.upstreams[route.upstream];
         upstream.request(method, params, via).await.map_err(|e| upstream_error(&route.namespace, e))
     }
+
+    /// Subscribes to (or unsubscribes from) updates of a routed resource.
+    pub async fn subscribe(&self, route: &Route, on: bool, via: Via<'_>) -> Result<(), GatewayError> {
+        let upstream = &self.upstreams[route.upstream];
+        upstream.subscribe(&route.name, on, via).await.map_err(|e| upstream_error(&route.namespace, e))
+    }
 }
 
 /// A name that did not route: unknown, or owned by a configured upstream that is down.

@@ -96,8 +96,14 @@ async fn mcp_get(State(front): State<Arc<Front>>, headers: HeaderMap) -> Respons
         Err(e) => return front.reject(&e),
     };
     let (stream_id, rx) = session.open_stream();
-    let priming = stream::once(async move { sse::priming_event(&format!("{stream_id}-0"), 3000) });
-    let messages = tokio_stream_from(rx);
+    let priming = stream::once({
+        let id = format!("{stream_id}-0");
+        async move { sse::priming_event(&id, 3000) }
+    });
+    // Event ids are unique per stream: the stream's id, then a sequence number.
+    let messages = tokio_stream_from(rx)
+        .enumerate()
+        .map(move |(seq, message)| sse::message_event(Some(&format!("{stream_id}-{}", seq + 1)), &message));
     sse_response(StatusCode::OK, with_keep_alive(priming.chain(messages), front.settings.keep_alive), None)
 }
 

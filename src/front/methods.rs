@@ -147,14 +147,11 @@ impl Front {
             .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.clone() }))?;
         params.insert("uri".into(), json!(&*route.name));
         strip_protocol_meta(ctx, &mut params);
-        let raw = self.pipeline.forward(&route, "resources/read", params, ctx.via()).await.map_err(|e| match e {
-            // 2026-07-28 upstreams say "not found" with -32602; either way the agent gets
-            // the not-found of its own era, naming its own URI.
-            GatewayError::ResourceNotFound { .. } | GatewayError::InvalidParams(_) => {
-                GatewayError::ResourceNotFound { uri: uri.clone() }
-            }
-            other => other,
-        })?;
+        let raw = self
+            .pipeline
+            .forward(&route, "resources/read", params, ctx.via())
+            .await
+            .map_err(resource_not_found(&uri))?;
         // Contents name the upstream's URIs; agents must see the exposed ones.
         let mut result: Value = serde_json::from_str(raw.get()).map_err(GatewayError::internal)?;
         if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
@@ -165,6 +162,47 @@ impl Front {
             }
         }
         Ok(self.finish(ctx, result))
+    }
+
+    /// `resources/subscribe` and `resources/unsubscribe` (legacy sessions): the upstream is
+    /// asked for the first subscriber of a resource and released by the last; its updates reach
+    /// the session's GET stream through [`super::fan_out_resource_updates`].
+    pub(super) async fn resources_subscribe(
+        &self,
+        ctx: &Ctx,
+        params: Option<&RawValue>,
+        subscribe: bool,
+    ) -> Result<Box<RawValue>, GatewayError> {
+        let Some(session) = ctx.session.clone() else {
+            return Err(GatewayError::MethodNotFound);
+        };
+        let mut params: Map<String, Value> = parse_params(params)?;
+        let uri = take_string(&mut params, "uri")?;
+        self.warm_up().await;
+        let route = self
+            .catalog
+            .snapshot()
+            .resource(&uri)
+            .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.clone() }))?;
+        let key = super::subscriptions::Key {
+            upstream: route.upstream,
+            session: self.upstreams[route.upstream].is_per_client().then(|| session.id.clone()),
+            uri: route.name.to_string(),
+        };
+        let ask_upstream = if subscribe {
+            self.subscriptions.add(key.clone(), &session)
+        } else {
+            self.subscriptions.remove(&key, &session.id)
+        };
+        if ask_upstream {
+            if let Err(e) = self.pipeline.subscribe(&route, subscribe, ctx.via()).await {
+                if subscribe {
+                    self.subscriptions.remove(&key, &session.id);
+                }
+                return Err(resource_not_found(&uri)(e));
+            }
+        }
+        Ok(self.finish(ctx, json!({})))
     }
 
     pub(super) async fn prompts_get(
@@ -314,4 +352,15 @@ fn retry_with(params: &mut Map<String, Value>, responses: Map<String, Value>, st
         Some(state) => params.insert("requestState".into(), state),
         None => params.remove("requestState"),
     };
+}
+
+/// An upstream's "no such resource" as the agent's: 2026-07-28 upstreams say it with -32602;
+/// either way the agent gets the not-found of its own era, naming its own URI.
+fn resource_not_found(uri: &str) -> impl FnOnce(GatewayError) -> GatewayError + '_ {
+    move |e| match e {
+        GatewayError::ResourceNotFound { .. } | GatewayError::InvalidParams(_) => {
+            GatewayError::ResourceNotFound { uri: uri.to_string() }
+        }
+        other => other,
+    }
 }

@@ -11,6 +11,7 @@ pub mod ops;
 pub mod rest;
 pub mod session;
 pub mod stdio;
+mod subscriptions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,6 +124,7 @@ pub struct Front {
     pub gate: Arc<Gate>,
     pub contracts: Arc<Contracts>,
     tails: Tails,
+    subscriptions: subscriptions::Subscriptions,
     first_loads: Vec<watch::Receiver<bool>>,
     warm: AtomicBool,
     server_info: Value,
@@ -240,6 +242,7 @@ impl Front {
             gate: Arc::new(Gate::new(config, namer, metrics.clone(), contracts.clone(), policy)),
             contracts,
             tails: Tails::new(config.gating.session_tail_max, config.gating.max_conversations),
+            subscriptions: subscriptions::Subscriptions::default(),
             metrics,
             first_loads,
             warm: AtomicBool::new(false),
@@ -331,6 +334,8 @@ impl Front {
             "prompts/list" => return self.list(ctx, List::Prompts, params).await,
             "tools/call" => self.tools_call(ctx, params).await,
             "resources/read" => self.resources_read(ctx, params).await,
+            "resources/subscribe" if ctx.era != Era::Modern => self.resources_subscribe(ctx, params, true).await,
+            "resources/unsubscribe" if ctx.era != Era::Modern => self.resources_subscribe(ctx, params, false).await,
             "prompts/get" => self.prompts_get(ctx, params).await,
             "completion/complete" => self.complete(ctx, params).await,
             "logging/setLevel" if ctx.era != Era::Modern => self.set_log_level(ctx, params).await,
@@ -445,9 +450,12 @@ impl Front {
     }
 
     pub fn initialize_result(&self, version: ProtocolVersion) -> Value {
+        let mut capabilities = self.capabilities();
+        // Sessions subscribe with resources/subscribe; 2026-07-28 has no such method.
+        capabilities["resources"]["subscribe"] = json!(true);
         json!({
             "protocolVersion": version.as_str(),
-            "capabilities": self.capabilities(),
+            "capabilities": capabilities,
             "serverInfo": self.server_info,
             "instructions": self.settings.instructions,
         })
@@ -495,6 +503,48 @@ pub fn changed_lists(before: crate::catalog::ViewHashes, after: crate::catalog::
         methods.push("notifications/prompts/list_changed");
     }
     methods
+}
+
+/// Relays an upstream's `notifications/resources/updated` to the sessions subscribed to that
+/// resource, under the URI they subscribed with. One task per upstream.
+pub async fn fan_out_resource_updates(front: Arc<Front>, upstream: usize) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut updates = front.upstreams[upstream].resource_updates();
+    loop {
+        let update = match updates.recv().await {
+            Ok(update) => update,
+            // An update only says "read it again": a subscriber that misses one is told by the next.
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "resource updates dropped: they came faster than they were relayed");
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let key = subscriptions::Key { upstream: update.upstream, session: update.session, uri: update.uri };
+        let subscribers = front.subscriptions.subscribers(&key);
+        if subscribers.is_empty() {
+            continue;
+        }
+        let uri = front.catalog.snapshot().expose_uri(&front.upstreams[upstream].namespace, &key.uri);
+        let message = jsonrpc::notification_bytes("notifications/resources/updated", &json!({ "uri": uri }));
+        for session in subscribers {
+            session.notify(&message);
+        }
+    }
+}
+
+/// An ended session's subscriptions: forgotten, and the upstream subscriptions only it held
+/// are released (per-client upstream sessions end with the agent's, so they need no word).
+pub async fn release_subscriptions(front: &Front, session: &str) {
+    for key in front.subscriptions.forget(session) {
+        if key.session.is_some() {
+            continue;
+        }
+        let upstream = &front.upstreams[key.upstream];
+        if let Err(e) = upstream.subscribe(&key.uri, false, Via::default()).await {
+            tracing::debug!(namespace = %upstream.namespace, error = %e, "releasing a resource subscription failed");
+        }
+    }
 }
 
 /// Sends legacy sessions with an open GET stream the `list_changed` notifications for what

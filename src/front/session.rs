@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::pipeline::Principal;
-use crate::protocol::{ProtocolVersion, sse};
+use crate::protocol::ProtocolVersion;
 use crate::upstream::relay;
 
 /// Frames buffered per GET stream; a client that stops reading loses notifications, not memory.
@@ -32,7 +32,6 @@ pub struct Session {
     last_seen: Mutex<Instant>,
     stream: Mutex<Option<mpsc::Sender<Bytes>>>,
     streams_opened: AtomicU64,
-    event_seq: AtomicU64,
     /// Server-to-client requests relayed to this agent, by the id we gave them, awaiting the
     /// agent's answer.
     pending: Mutex<HashMap<String, oneshot::Sender<relay::Answer>>>,
@@ -54,7 +53,6 @@ impl Session {
             last_seen: Mutex::new(Instant::now()),
             stream: Mutex::new(None),
             streams_opened: AtomicU64::new(0),
-            event_seq: AtomicU64::new(0),
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(0),
             inflight: Mutex::new(HashMap::new()),
@@ -119,8 +117,9 @@ impl Session {
         self.initialized.store(true, Ordering::Relaxed);
     }
 
-    /// Opens the session's GET stream, replacing (and so ending) an older one: one stream per
-    /// session means a notification is never delivered twice.
+    /// Opens the session's stream of server-to-client messages (the GET stream over HTTP, stdout
+    /// on stdio), replacing (and so ending) an older one: one stream per session means a
+    /// notification is never delivered twice. Messages are JSON; the transport frames them.
     pub fn open_stream(&self) -> (String, mpsc::Receiver<Bytes>) {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let n = self.streams_opened.fetch_add(1, Ordering::Relaxed) + 1;
@@ -128,16 +127,11 @@ impl Session {
         (format!("g{n}"), rx)
     }
 
-    /// Queues a JSON-RPC notification on the GET stream. Returns false if there is no open
-    /// stream or the client is not keeping up.
+    /// Queues a JSON-RPC notification on the session's stream. Returns false if there is no
+    /// open stream or the client is not keeping up.
     pub fn notify(&self, message: &[u8]) -> bool {
         let guard = self.stream.lock().expect("session lock poisoned");
-        let Some(tx) = guard.as_ref() else {
-            return false;
-        };
-        let seq = self.event_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let n = self.streams_opened.load(Ordering::Relaxed);
-        tx.try_send(sse::message_event(Some(&format!("g{n}-{seq}")), message)).is_ok()
+        guard.as_ref().is_some_and(|tx| tx.try_send(Bytes::copy_from_slice(message)).is_ok())
     }
 }
 
@@ -288,6 +282,6 @@ mod tests {
         let (_, mut new) = s.open_stream();
         assert!(s.notify(b"{}"));
         assert!(old.try_recv().is_err(), "old stream is closed");
-        assert!(new.try_recv().is_ok());
+        assert_eq!(new.try_recv().unwrap(), Bytes::from_static(b"{}"), "the message itself; transports frame it");
     }
 }

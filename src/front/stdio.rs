@@ -75,6 +75,17 @@ pub async fn serve(front: Arc<Front>, principal: Principal) -> std::io::Result<(
                     Ok(p) => {
                         let version = ProtocolVersion::negotiate_legacy(&p.protocol_version);
                         let s = Arc::new(Session::new(version, principal.clone(), p.capabilities));
+                        // What the session is told outside any request (resource updates, a
+                        // search that changed its tools) goes out on stdout like the rest.
+                        let (_, mut notifications) = s.open_stream();
+                        let stdout = out.clone();
+                        tokio::spawn(async move {
+                            while let Some(message) = notifications.recv().await {
+                                if stdout.send(message.to_vec()).await.is_err() {
+                                    return;
+                                }
+                            }
+                        });
                         *session.lock().expect("stdio session lock") = Some(s);
                         jsonrpc::result_bytes(req.id.raw(), &jsonrpc::raw(&front.initialize_result(version)))
                     }

@@ -7,6 +7,7 @@
 mod auth;
 mod mux;
 pub mod relay;
+pub mod signals;
 pub mod sse;
 pub mod stdio;
 pub mod streamable_http;
@@ -27,6 +28,8 @@ use crate::protocol::ProtocolVersion;
 use crate::telemetry::Metrics;
 
 pub use relay::{Inbound, Relay};
+pub use signals::ResourceUpdate;
+use signals::Signals;
 
 /// Any JSON-RPC message an upstream sends, as the transports read it (only what they act on).
 #[derive(serde::Deserialize)]
@@ -187,6 +190,8 @@ pub struct Upstream {
     /// With `session = "per_client"`: one transport (upstream session or process) per agent
     /// session, made on first use and closed when the agent session ends.
     per_client: Option<Mutex<HashMap<Arc<str>, Arc<Transport>>>>,
+    /// `notifications/resources/updated` from any of this upstream's transports.
+    updates: tokio::sync::broadcast::Sender<ResourceUpdate>,
     max_response_bytes: usize,
     health: Mutex<Health>,
     metrics: Arc<Metrics>,
@@ -200,7 +205,9 @@ impl Upstream {
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
         let namespace: Arc<str> = config.namespace.as_str().into();
-        let transport = Transport::build(&namespace, &config, max_response_bytes)?;
+        let (updates, _) = tokio::sync::broadcast::channel(signals::UPDATE_BUFFER);
+        let transport =
+            Transport::build(&namespace, &config, max_response_bytes, Signals::new(index, None, updates.clone()))?;
         let health = Health {
             namespace: namespace.clone(),
             state: State::Connecting,
@@ -221,6 +228,7 @@ impl Upstream {
             config,
             transport,
             per_client,
+            updates,
             max_response_bytes,
             health: Mutex::new(health),
             metrics,
@@ -252,6 +260,25 @@ impl Upstream {
         }
     }
 
+    /// Subscribes to (or unsubscribes from) updates of the upstream resource `uri`, through the
+    /// agent session's own transport for per-client upstreams.
+    pub async fn subscribe(&self, uri: &str, on: bool, via: Via<'_>) -> Result<(), UpstreamError> {
+        match self.transport_for(via.session)? {
+            Some(own) => own.subscribe(uri, on, via.relay).await,
+            None => self.transport.subscribe(uri, on, via.relay).await,
+        }
+    }
+
+    /// `notifications/resources/updated` as this upstream sends them, from now on.
+    pub fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<ResourceUpdate> {
+        self.updates.subscribe()
+    }
+
+    /// Whether each agent session gets its own upstream session (`session = "per_client"`).
+    pub fn is_per_client(&self) -> bool {
+        self.per_client.is_some()
+    }
+
     /// The agent session's own transport, for per-client upstreams.
     fn transport_for(&self, session: Option<&Arc<str>>) -> Result<Option<Arc<Transport>>, UpstreamError> {
         let (Some(table), Some(session)) = (&self.per_client, session) else {
@@ -261,8 +288,10 @@ impl Upstream {
         if let Some(own) = table.get(session) {
             return Ok(Some(own.clone()));
         }
+        let signals = Signals::new(self.index, Some(session.clone()), self.updates.clone());
         let own = Arc::new(
-            Transport::build(&self.namespace, &self.config, self.max_response_bytes).map_err(UpstreamError::Spawn)?,
+            Transport::build(&self.namespace, &self.config, self.max_response_bytes, signals)
+                .map_err(UpstreamError::Spawn)?,
         );
         table.insert(session.clone(), own.clone());
         Ok(Some(own))
@@ -499,7 +528,12 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn build(namespace: &Arc<str>, config: &UpstreamConfig, max_response_bytes: usize) -> Result<Self, String> {
+    fn build(
+        namespace: &Arc<str>,
+        config: &UpstreamConfig,
+        max_response_bytes: usize,
+        signals: Arc<Signals>,
+    ) -> Result<Self, String> {
         Ok(match &config.endpoint {
             Endpoint::Http { url, use_sse } => {
                 let mut static_headers = http::HeaderMap::new();
@@ -523,6 +557,7 @@ impl Transport {
                     static_headers,
                     timeout: config.timeout,
                     max_message_bytes: max_response_bytes,
+                    signals,
                 };
                 Transport::Http {
                     streamable: StreamableHttp::new(setup.clone()),
@@ -530,9 +565,13 @@ impl Transport {
                     legacy_sse: AtomicBool::new(*use_sse),
                 }
             }
-            Endpoint::Stdio(command) => {
-                Transport::Stdio(StdioTransport::new(namespace, command.clone(), config.timeout, max_response_bytes))
-            }
+            Endpoint::Stdio(command) => Transport::Stdio(StdioTransport::new(
+                namespace,
+                command.clone(),
+                config.timeout,
+                max_response_bytes,
+                signals,
+            )),
         })
     }
 
@@ -604,6 +643,20 @@ impl Transport {
             Self::Http { streamable, .. } => streamable.request(method, params, relay).await,
             Self::Stdio(t) => t.request(method, params, relay).await,
         }
+    }
+
+    /// `resources/(un)subscribe` for legacy servers; for 2026-07-28 ones over Streamable HTTP,
+    /// the `resourceSubscriptions` of the notification stream.
+    pub async fn subscribe(&self, uri: &str, on: bool, relay: Option<&Relay>) -> Result<(), UpstreamError> {
+        if let Self::Http { streamable, legacy_sse, .. } = self {
+            if !legacy_sse.load(Ordering::Relaxed) && streamable.listen_to_resource(uri, on).await? {
+                return Ok(());
+            }
+        }
+        let mut params = Map::new();
+        params.insert("uri".into(), Value::String(uri.to_string()));
+        let method = if on { "resources/subscribe" } else { "resources/unsubscribe" };
+        self.request(method, params, relay).await.map(|_| ())
     }
 
     /// Forgets a broken connection so the next request makes a new one.

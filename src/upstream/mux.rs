@@ -12,10 +12,11 @@ use http::HeaderMap;
 use reqwest::Url;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::relay::{self, Relay};
+use super::signals::Signals;
 use super::{Era, Message, UpstreamError, stamp_envelope};
 
 /// How messages leave toward the server.
@@ -75,20 +76,13 @@ pub struct Mux {
     outbound: Outbound,
     /// Cancelled when the stream ends (process exit, SSE stream closed) or on shutdown.
     pub closed: CancellationToken,
-    list_changed: Arc<Notify>,
+    signals: Arc<Signals>,
     garbage: AtomicU64,
 }
 
 impl Mux {
-    pub fn new(namespace: Arc<str>, outbound: Outbound, closed: CancellationToken, list_changed: Arc<Notify>) -> Self {
-        Self {
-            namespace,
-            pending: Mutex::new(HashMap::new()),
-            outbound,
-            closed,
-            list_changed,
-            garbage: AtomicU64::new(0),
-        }
+    pub fn new(namespace: Arc<str>, outbound: Outbound, closed: CancellationToken, signals: Arc<Signals>) -> Self {
+        Self { namespace, pending: Mutex::new(HashMap::new()), outbound, closed, signals, garbage: AtomicU64::new(0) }
     }
 
     pub async fn send(&self, message: &Value) -> Result<(), UpstreamError> {
@@ -183,10 +177,10 @@ impl Mux {
     }
 
     fn notification(&self, method: String, mut params: Value) {
+        if self.signals.take(&method, &params) {
+            return;
+        }
         match method.as_str() {
-            "notifications/tools/list_changed"
-            | "notifications/resources/list_changed"
-            | "notifications/prompts/list_changed" => self.list_changed.notify_one(),
             "notifications/progress" => {
                 let ours =
                     params.get("progressToken").and_then(Value::as_str).and_then(|t| t.strip_prefix("gatehouse-"));

@@ -15,12 +15,13 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use reqwest::Url;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::TokenSource;
 use super::mux::{Mux, Outbound, Poster};
 use super::relay::Relay;
+use super::signals::Signals;
 use super::{Era, UpstreamError, initialize_params, initialized};
 
 struct Conn {
@@ -48,7 +49,7 @@ pub struct SseTransport {
     next_id: AtomicU64,
     conn: RwLock<Option<Arc<Conn>>>,
     connecting: tokio::sync::Mutex<()>,
-    list_changed: Arc<Notify>,
+    signals: Arc<Signals>,
 }
 
 /// What an HTTP transport (Streamable HTTP or legacy SSE) is built from.
@@ -61,6 +62,7 @@ pub struct SseSetup {
     pub static_headers: HeaderMap,
     pub timeout: Duration,
     pub max_message_bytes: usize,
+    pub signals: Arc<Signals>,
 }
 
 impl SseTransport {
@@ -76,7 +78,7 @@ impl SseTransport {
             next_id: AtomicU64::new(1),
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(()),
-            list_changed: Arc::new(Notify::new()),
+            signals: setup.signals,
         }
     }
 
@@ -100,7 +102,7 @@ impl SseTransport {
     }
 
     pub async fn list_changed(&self) {
-        self.list_changed.notified().await;
+        self.signals.list_changed().await;
     }
 
     pub async fn request(
@@ -180,7 +182,7 @@ impl SseTransport {
             self.namespace.clone(),
             Outbound::Post(poster),
             CancellationToken::new(),
-            self.list_changed.clone(),
+            self.signals.clone(),
         ));
         let _ = mux_tx.send(mux.clone());
         let mut conn = Conn { mux, era: Era::Bare, capabilities: None, reader: reader.abort_handle() };

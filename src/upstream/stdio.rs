@@ -17,12 +17,13 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
 use super::mux::{Mux, Outbound};
 use super::relay::Relay;
+use super::signals::Signals;
 use super::{Era, UpstreamError, discovered_capabilities, initialize_params, initialized};
 use crate::config::StdioCommand;
 
@@ -53,13 +54,19 @@ pub struct StdioTransport {
     /// Set once the server died on `server/discover`: some legacy servers exit on unknown
     /// pre-initialize requests, so it is never probed again.
     legacy_only: AtomicBool,
-    list_changed: Arc<Notify>,
+    signals: Arc<Signals>,
     /// Set by `shutdown`: no process is started afterwards, whoever asks.
     stopped: AtomicBool,
 }
 
 impl StdioTransport {
-    pub fn new(namespace: &str, command: StdioCommand, timeout: Duration, max_message_bytes: usize) -> Self {
+    pub fn new(
+        namespace: &str,
+        command: StdioCommand,
+        timeout: Duration,
+        max_message_bytes: usize,
+        signals: Arc<Signals>,
+    ) -> Self {
         Self {
             namespace: namespace.into(),
             command,
@@ -69,7 +76,7 @@ impl StdioTransport {
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(()),
             legacy_only: AtomicBool::new(false),
-            list_changed: Arc::new(Notify::new()),
+            signals,
             stopped: AtomicBool::new(false),
         }
     }
@@ -92,7 +99,7 @@ impl StdioTransport {
 
     /// Resolves when the server announces a list change.
     pub async fn list_changed(&self) {
-        self.list_changed.notified().await;
+        self.signals.list_changed().await;
     }
 
     pub async fn ensure_connected(&self) -> Result<Option<Value>, UpstreamError> {
@@ -213,12 +220,8 @@ impl StdioTransport {
         };
         let (writer, lines_out) = mpsc::channel::<Vec<u8>>(256);
         let closed = CancellationToken::new();
-        let mux = Arc::new(Mux::new(
-            self.namespace.clone(),
-            Outbound::Lines(writer),
-            closed.clone(),
-            self.list_changed.clone(),
-        ));
+        let mux =
+            Arc::new(Mux::new(self.namespace.clone(), Outbound::Lines(writer), closed.clone(), self.signals.clone()));
         tokio::spawn(write_stdin(stdin, lines_out, closed));
         tokio::spawn(read_stdout(mux.clone(), stdout, self.max_message_bytes));
         tokio::spawn(log_stderr(self.namespace.clone(), stderr));

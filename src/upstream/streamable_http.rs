@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use base64::Engine;
@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 use super::auth::TokenSource;
 use super::mux::Poster;
 use super::relay::{self, Relay};
+use super::signals::Signals;
 use super::sse::SseSetup;
 use super::{Era, Message, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope};
 use crate::protocol::{ProtocolVersion, header as mcp_header};
@@ -57,7 +58,10 @@ pub struct StreamableHttp {
     relink: tokio::sync::Mutex<()>,
     /// Stops the current link's notification stream when the link is replaced or dropped.
     watch: std::sync::Mutex<Option<DropGuard>>,
-    list_changed: Arc<Notify>,
+    signals: Arc<Signals>,
+    /// Resources agents subscribed to, for a 2026-07-28 server: its notification stream is
+    /// (re)opened with them as `resourceSubscriptions`.
+    subscribed: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl StreamableHttp {
@@ -75,7 +79,8 @@ impl StreamableHttp {
             link: RwLock::new(None),
             relink: tokio::sync::Mutex::new(()),
             watch: std::sync::Mutex::new(None),
-            list_changed: Arc::new(Notify::new()),
+            signals: setup.signals,
+            subscribed: std::sync::Mutex::default(),
         }
     }
 
@@ -134,10 +139,38 @@ impl StreamableHttp {
         }
         let link = Arc::new(self.connect().await?);
         *self.link.write().expect("link lock poisoned") = Some(link.clone());
-        let stop = CancellationToken::new();
-        tokio::spawn(watch(self.poster(&link), link.era, self.list_changed.clone(), stop.clone()));
-        *self.watch.lock().expect("watch lock poisoned") = Some(stop.drop_guard());
+        self.start_watch(&link);
         Ok(link)
+    }
+
+    /// (Re)opens the link's notification stream, ending the previous one.
+    fn start_watch(&self, link: &Link) {
+        let stop = CancellationToken::new();
+        let resources: Vec<String> =
+            self.subscribed.lock().expect("subscribed lock poisoned").iter().cloned().collect();
+        tokio::spawn(watch(self.poster(link), link.era, self.signals.clone(), resources, stop.clone()));
+        *self.watch.lock().expect("watch lock poisoned") = Some(stop.drop_guard());
+    }
+
+    /// For a 2026-07-28 server, which has no `resources/subscribe`: adds (or removes) `uri` to
+    /// the resources its notification stream listens to, reopening the stream. False for a
+    /// legacy server, which is asked with a request instead.
+    pub async fn listen_to_resource(&self, uri: &str, on: bool) -> Result<bool, UpstreamError> {
+        let link = match self.current() {
+            Some(link) => link,
+            None => self.relink(None).await?,
+        };
+        if link.era != Era::Modern {
+            return Ok(false);
+        }
+        let changed = {
+            let mut subscribed = self.subscribed.lock().expect("subscribed lock poisoned");
+            if on { subscribed.insert(uri.to_string()) } else { subscribed.remove(uri) }
+        };
+        if changed {
+            self.start_watch(&link);
+        }
+        Ok(true)
     }
 
     /// Ends the upstream session (DELETE, best effort) and forgets the link.
@@ -153,7 +186,7 @@ impl StreamableHttp {
 
     /// Resolves when the server announces (on its notification stream) that a list changed.
     pub async fn list_changed(&self) {
-        self.list_changed.notified().await;
+        self.signals.list_changed().await;
     }
 
     async fn connect(&self) -> Result<Link, UpstreamError> {
@@ -363,6 +396,8 @@ impl StreamableHttp {
             }
             match parse_frame(data.as_bytes(), id) {
                 Frame::Response(result) => return result,
+                // Not about this request: for the supervisor and the resource subscribers.
+                Frame::Notification { method, params } if self.signals.take(&method, &params) => {}
                 Frame::Notification { method, params } => {
                     let relayed = relay.is_some_and(|r| r.notify(method.clone(), params));
                     if !relayed {
@@ -552,11 +587,11 @@ mod tests {
 /// `subscriptions/listen` for 2026-07-28 — and wakes the supervisor on list changes, so the
 /// catalog follows the server at once instead of at the next scheduled probe. Best effort:
 /// a server without such a stream (405) is simply probed on schedule.
-async fn watch(poster: Poster, era: Era, list_changed: Arc<Notify>, stop: CancellationToken) {
+async fn watch(poster: Poster, era: Era, signals: Arc<Signals>, resources: Vec<String>, stop: CancellationToken) {
     const MAX_REOPENS: u32 = 8;
     for attempt in 0..MAX_REOPENS {
         let opened = tokio::select! {
-            opened = open_watch(&poster, era) => opened,
+            opened = open_watch(&poster, era, &resources) => opened,
             () = stop.cancelled() => return,
         };
         let response = match opened {
@@ -585,14 +620,7 @@ async fn watch(poster: Poster, era: Era, list_changed: Arc<Notify>, stop: Cancel
             };
             let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
             match (method, message.get("id")) {
-                (
-                    "notifications/tools/list_changed"
-                    | "notifications/resources/list_changed"
-                    | "notifications/prompts/list_changed",
-                    None,
-                ) => {
-                    list_changed.notify_one();
-                }
+                (method, None) if signals.take(method, message.get("params").unwrap_or(&Value::Null)) => {}
                 // A request on this stream is unrelated to any agent call: nobody can answer.
                 (method, Some(id)) if !method.is_empty() => {
                     poster.post_detached(json!({ "jsonrpc": "2.0", "id": id, "error": relay::unsupported(method) }));
@@ -608,7 +636,11 @@ async fn watch(poster: Poster, era: Era, list_changed: Arc<Notify>, stop: Cancel
 }
 
 /// Opens the stream: `Ok(None)` when the server offers none.
-async fn open_watch(poster: &Poster, era: Era) -> Result<Option<reqwest::Response>, UpstreamError> {
+async fn open_watch(
+    poster: &Poster,
+    era: Era,
+    resources: &[String],
+) -> Result<Option<reqwest::Response>, UpstreamError> {
     let mut headers = poster.headers.clone();
     let request = match era {
         Era::Legacy(_) => {
@@ -618,10 +650,12 @@ async fn open_watch(poster: &Poster, era: Era) -> Result<Option<reqwest::Respons
         }
         Era::Modern => {
             let mut params = Map::new();
-            params.insert(
-                "notifications".into(),
-                json!({ "toolsListChanged": true, "resourcesListChanged": true, "promptsListChanged": true }),
-            );
+            let mut wanted =
+                json!({ "toolsListChanged": true, "resourcesListChanged": true, "promptsListChanged": true });
+            if !resources.is_empty() {
+                wanted["resourceSubscriptions"] = json!(resources);
+            }
+            params.insert("notifications".into(), wanted);
             stamp_envelope(Era::Modern, &mut params);
             let body = json!({ "jsonrpc": "2.0", "id": "gatehouse-watch", "method": "subscriptions/listen", "params": params });
             headers

@@ -17,6 +17,7 @@ mod relays;
 mod rest;
 mod routing;
 mod security;
+mod subscriptions;
 mod upstream_client;
 mod upstream_transports;
 mod validation;

@@ -152,6 +152,14 @@ impl FakeUpstream {
         let _ = self.inner.streams.send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
     }
 
+    /// Announces on every open GET stream that a resource changed (as to a subscriber).
+    pub fn announce_resource_updated(&self, uri: &str) {
+        let _ = self
+            .inner
+            .streams
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}));
+    }
+
     pub fn get_streams_opened(&self) -> usize {
         self.inner.get_streams_opened.load(Ordering::SeqCst)
     }
@@ -421,6 +429,21 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         (Era::Bare, _) => {}
     }
 
+    if inner.era == Era::Modern && method == "subscriptions/listen" {
+        // Acknowledges, then carries what the test announces (as a GET stream would).
+        inner.get_streams_opened.fetch_add(1, Ordering::SeqCst);
+        let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "_meta": {"io.modelcontextprotocol/subscriptionId": id}, "notifications": params["notifications"]}});
+        let ack = futures_util::stream::once(async move {
+            Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {ack}\n\n")))
+        });
+        let messages = ack.chain(tokio_stream_of(inner.streams.subscribe()));
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(messages))
+            .unwrap();
+    }
+
     let body = match method.as_str() {
         "server/discover" => {
             return reply(
@@ -453,6 +476,14 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                     result(&id, json!({ "contents": [{ "uri": uri, "text": format!("templated {uri}") }] }))
                 }
                 None => error(&id, -32002, "Resource not found: secret detail /srv/data"),
+            }
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+            if inner.resources.iter().any(|(d, _)| d["uri"] == uri) {
+                result(&id, json!({}))
+            } else {
+                error(&id, -32002, "Resource not found: secret detail /srv/data")
             }
         }
         "prompts/get" => {
