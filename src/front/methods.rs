@@ -189,6 +189,7 @@ impl Front {
             session: self.upstreams[route.upstream].is_per_client().then(|| session.id.clone()),
             uri: route.name.to_string(),
         };
+        let _one_at_a_time = self.subscribing[route.upstream].lock().await;
         let ask_upstream = if subscribe {
             self.subscriptions.add(key.clone(), &session)
         } else {

@@ -125,6 +125,9 @@ pub struct Front {
     pub contracts: Arc<Contracts>,
     tails: Tails,
     subscriptions: subscriptions::Subscriptions,
+    /// Per upstream: subscription changes one at a time, so the registry and the upstream
+    /// never disagree about whether a resource is subscribed.
+    subscribing: Box<[tokio::sync::Mutex<()>]>,
     first_loads: Vec<watch::Receiver<bool>>,
     warm: AtomicBool,
     server_info: Value,
@@ -236,6 +239,7 @@ impl Front {
             settings,
             auth: Authenticator::new(&g.auth, &config.auth),
             pipeline: Pipeline::new(catalog.clone(), upstreams.clone(), contracts.clone(), policy.clone(), audit_key),
+            subscribing: upstreams.iter().map(|_| tokio::sync::Mutex::new(())).collect(),
             catalog,
             upstreams,
             sessions: Sessions::new(g.session_idle_timeout, g.max_sessions, ended_sessions),
@@ -539,6 +543,10 @@ pub async fn release_subscriptions(front: &Front, session: &str) {
     for key in front.subscriptions.forget(session) {
         if key.session.is_some() {
             continue;
+        }
+        let _one_at_a_time = front.subscribing[key.upstream].lock().await;
+        if !front.subscriptions.subscribers(&key).is_empty() {
+            continue; // somebody subscribed again meanwhile
         }
         let upstream = &front.upstreams[key.upstream];
         if let Err(e) = upstream.subscribe(&key.uri, false, Via::default()).await {

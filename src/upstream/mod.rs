@@ -645,12 +645,12 @@ impl Transport {
         }
     }
 
-    /// `resources/(un)subscribe` for legacy servers; for 2026-07-28 ones over Streamable HTTP,
-    /// the `resourceSubscriptions` of the notification stream.
+    /// `resources/(un)subscribe`; over Streamable HTTP the transport also keeps them across
+    /// upstream sessions and speaks to 2026-07-28 servers through their notification stream.
     pub async fn subscribe(&self, uri: &str, on: bool, relay: Option<&Relay>) -> Result<(), UpstreamError> {
         if let Self::Http { streamable, legacy_sse, .. } = self {
-            if !legacy_sse.load(Ordering::Relaxed) && streamable.listen_to_resource(uri, on).await? {
-                return Ok(());
+            if !legacy_sse.load(Ordering::Relaxed) {
+                return streamable.subscribe(uri, on, relay).await;
             }
         }
         let mut params = Map::new();

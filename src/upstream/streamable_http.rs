@@ -59,8 +59,9 @@ pub struct StreamableHttp {
     /// Stops the current link's notification stream when the link is replaced or dropped.
     watch: std::sync::Mutex<Option<DropGuard>>,
     signals: Arc<Signals>,
-    /// Resources agents subscribed to, for a 2026-07-28 server: its notification stream is
-    /// (re)opened with them as `resourceSubscriptions`.
+    /// Resources agents subscribed to: a 2026-07-28 server's notification stream is (re)opened
+    /// with them as `resourceSubscriptions`; a legacy server is asked again for each on a new
+    /// session, since subscriptions end with the session that made them.
     subscribed: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
@@ -140,6 +141,17 @@ impl StreamableHttp {
         let link = Arc::new(self.connect().await?);
         *self.link.write().expect("link lock poisoned") = Some(link.clone());
         self.start_watch(&link);
+        if link.era != Era::Modern {
+            let resources: Vec<String> =
+                self.subscribed.lock().expect("subscribed lock poisoned").iter().cloned().collect();
+            for uri in resources {
+                let mut params = Map::new();
+                params.insert("uri".into(), Value::String(uri));
+                if let Err(e) = self.send(&link, "resources/subscribe", params, None).await {
+                    tracing::warn!(namespace = %self.namespace, error = %e, "resubscribing on a new upstream session failed");
+                }
+            }
+        }
         Ok(link)
     }
 
@@ -152,25 +164,28 @@ impl StreamableHttp {
         *self.watch.lock().expect("watch lock poisoned") = Some(stop.drop_guard());
     }
 
-    /// For a 2026-07-28 server, which has no `resources/subscribe`: adds (or removes) `uri` to
-    /// the resources its notification stream listens to, reopening the stream. False for a
-    /// legacy server, which is asked with a request instead.
-    pub async fn listen_to_resource(&self, uri: &str, on: bool) -> Result<bool, UpstreamError> {
+    /// Subscribes to (or unsubscribes from) a resource: `resources/(un)subscribe` for a legacy
+    /// server; for a 2026-07-28 one, which has no such method, the notification stream is
+    /// reopened with the resource added to (or removed from) what it listens to.
+    pub async fn subscribe(&self, uri: &str, on: bool, relay: Option<&Relay>) -> Result<(), UpstreamError> {
         let link = match self.current() {
             Some(link) => link,
             None => self.relink(None).await?,
         };
         if link.era != Era::Modern {
-            return Ok(false);
+            let mut params = Map::new();
+            params.insert("uri".into(), Value::String(uri.to_string()));
+            let method = if on { "resources/subscribe" } else { "resources/unsubscribe" };
+            self.request(method, params, relay).await?;
         }
         let changed = {
             let mut subscribed = self.subscribed.lock().expect("subscribed lock poisoned");
             if on { subscribed.insert(uri.to_string()) } else { subscribed.remove(uri) }
         };
-        if changed {
+        if changed && link.era == Era::Modern {
             self.start_watch(&link);
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Ends the upstream session (DELETE, best effort) and forgets the link.

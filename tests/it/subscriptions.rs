@@ -146,3 +146,24 @@ async fn a_2026_upstream_is_subscribed_through_its_notification_stream() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_new_upstream_session_is_subscribed_again() {
+    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
+    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let client = Legacy::connect(&gw.url).await;
+    let listed = client.request("resources/list", json!({})).await;
+    let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
+    client.request("resources/subscribe", json!({ "uri": uri })).await;
+    assert_eq!(up.hit_count("resources/subscribe"), 1);
+
+    // The upstream forgets its sessions (a restart): the next request re-initializes.
+    up.expire_sessions();
+    let called = client.call_tool("fake__echo", json!({ "message": "hi" })).await;
+    assert_eq!(called["result"]["content"][0]["text"], "hi", "{called}");
+    let subscribed = up.hits("resources/subscribe");
+    assert_eq!(subscribed.len(), 2, "the subscription is renewed on the new upstream session");
+    let session = |i: usize| subscribed[i].headers.get("mcp-session-id").cloned();
+    assert_ne!(session(0), session(1));
+    assert_eq!(subscribed[1].params["uri"], "file:///notes.txt");
+}
