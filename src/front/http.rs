@@ -33,7 +33,7 @@ use crate::error::{FieldError, GatewayError, WireEra};
 use crate::pipeline::Principal;
 use crate::protocol::jsonrpc::{self, Incoming, Message, Notification, Request, RequestId, parse_params};
 use crate::protocol::{ProtocolVersion, header as mcp_header, meta, sse};
-use crate::upstream::{Inbound, Relay};
+use crate::upstream::{Inbound, Relay, Via};
 
 pub fn router(front: Arc<Front>) -> Router {
     let path = front.settings.path.clone();
@@ -416,7 +416,7 @@ impl Front {
             return self.reject_with_id(WireEra::Modern, Some(req.id.raw()), &e);
         }
         if req.method == "subscriptions/listen" {
-            return self.listen(req);
+            return self.listen(principal, req).await;
         }
         // A client disconnect is the cancellation in 2026-07-28: dropping the stream does it.
         let (relay, inbound) = Relay::channel();
@@ -426,10 +426,11 @@ impl Front {
         self.respond(ctx, req, inbound, None).await
     }
 
-    /// `subscriptions/listen`: an SSE stream that acknowledges first, then carries the
-    /// list-changed notifications the client asked for, tagged with its subscription id.
-    fn listen(&self, req: Request) -> Response {
-        #[derive(Deserialize, Default, Clone, Copy)]
+    /// `subscriptions/listen`: an SSE stream that acknowledges first (with the subset it
+    /// accepted), then carries the list-changed notifications and resource updates the client
+    /// asked for, tagged with its subscription id. Closing the stream ends its subscriptions.
+    async fn listen(self: &Arc<Self>, principal: Principal, req: Request) -> Response {
+        #[derive(Deserialize, Default, Clone)]
         #[serde(rename_all = "camelCase")]
         struct Wanted {
             #[serde(default)]
@@ -438,6 +439,8 @@ impl Front {
             resources_list_changed: bool,
             #[serde(default)]
             prompts_list_changed: bool,
+            #[serde(default)]
+            resource_subscriptions: Vec<String>,
         }
         #[derive(Deserialize)]
         struct ListenParams {
@@ -461,11 +464,37 @@ impl Front {
                 accepted.insert(key.into(), json!(true));
             }
         }
+        // Resources are subscribed to the way a legacy session does it, through a session
+        // object of this stream's own (never listed, so nobody else can use it).
+        let listener = Arc::new(Session::new(ProtocolVersion::V2025_11_25, principal, json!({})));
+        let (_, updates) = listener.open_stream();
+        let mut resources = Vec::new();
+        for uri in &wanted.resource_subscriptions {
+            match self.change_subscription(&listener, uri, true, Via::default()).await {
+                Ok(()) => resources.push(uri.clone()),
+                Err(e) => tracing::debug!(class = e.class(), "listen: resource subscription not accepted"),
+            }
+        }
+        if !resources.is_empty() {
+            accepted.insert("resourceSubscriptions".into(), json!(resources));
+        }
         let ack = jsonrpc::notification_bytes(
             "notifications/subscriptions/acknowledged",
             &json!({ "_meta": tag, "notifications": accepted }),
         );
         let ack = stream::once(async move { sse::message_event(None, &ack) });
+        let release = ReleaseOnDrop { front: self.clone(), listener };
+        let updates = tokio_stream_from(updates).filter_map({
+            let tag = tag.clone();
+            move |message| {
+                let _held_until_the_stream_ends = &release;
+                let tagged = serde_json::from_slice::<Value>(&message).ok().map(|mut m| {
+                    m["params"]["_meta"] = tag.clone();
+                    sse::message_event(None, m.to_string().as_bytes())
+                });
+                std::future::ready(tagged)
+            }
+        });
 
         let mut catalog = self.catalog.subscribe();
         let last = catalog.borrow_and_update().view_hashes;
@@ -502,7 +531,8 @@ impl Front {
             }
         })
         .flatten();
-        sse_response(StatusCode::OK, with_keep_alive(ack.chain(changes), self.settings.keep_alive), None)
+        let notifications = stream::select(changes, updates);
+        sse_response(StatusCode::OK, with_keep_alive(ack.chain(notifications), self.settings.keep_alive), None)
     }
 
     fn reject(&self, e: &GatewayError) -> Response {
@@ -681,6 +711,23 @@ fn with_keep_alive(
     stream::select(frames, ticks.map(Some))
         .take_while(|f| std::future::ready(f.is_some()))
         .filter_map(std::future::ready)
+}
+
+/// Ends a listen stream's resource subscriptions when the stream is dropped (the client went
+/// away: in 2026-07-28 that is the cancellation).
+struct ReleaseOnDrop {
+    front: Arc<Front>,
+    listener: Arc<Session>,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        let (front, id) = (self.front.clone(), self.listener.id.clone());
+        // No runtime left (shutdown): the upstream sessions end anyway.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { super::release_subscriptions(&front, &id).await });
+        }
+    }
 }
 
 fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Bytes>) -> impl Stream<Item = Bytes> + Send + 'static {

@@ -2,6 +2,7 @@
 //! routed by exposed name or URI.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -9,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use bytes::Bytes;
 
+use super::session::Session;
 use super::{Ctx, Era, Front, List, Reply};
 use crate::catalog::Route;
 use crate::error::{FieldError, GatewayError};
@@ -164,9 +166,8 @@ impl Front {
         Ok(self.finish(ctx, result))
     }
 
-    /// `resources/subscribe` and `resources/unsubscribe` (legacy sessions): the upstream is
-    /// asked for the first subscriber of a resource and released by the last; its updates reach
-    /// the session's GET stream through [`super::fan_out_resource_updates`].
+    /// `resources/subscribe` and `resources/unsubscribe` (legacy sessions); updates reach the
+    /// session's stream through [`super::fan_out_resource_updates`].
     pub(super) async fn resources_subscribe(
         &self,
         ctx: &Ctx,
@@ -178,32 +179,47 @@ impl Front {
         };
         let mut params: Map<String, Value> = parse_params(params)?;
         let uri = take_string(&mut params, "uri")?;
+        self.change_subscription(&session, &uri, subscribe, ctx.via()).await?;
+        Ok(self.finish(ctx, json!({})))
+    }
+
+    /// Adds (or removes) `subscriber`'s subscription to the resource the agent calls `uri`. The
+    /// upstream is asked only for a resource's first subscriber and released by its last; per
+    /// upstream, one change at a time, so the registry and the upstream never disagree.
+    pub(super) async fn change_subscription(
+        &self,
+        subscriber: &Arc<Session>,
+        uri: &str,
+        on: bool,
+        via: Via<'_>,
+    ) -> Result<(), GatewayError> {
         self.warm_up().await;
         let route = self
             .catalog
             .snapshot()
-            .resource(&uri)
-            .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.clone() }))?;
+            .resource(uri)
+            .map_err(|miss| miss_error(miss, || GatewayError::ResourceNotFound { uri: uri.to_string() }))?;
+        let own_upstream_session = via.session.is_some() && self.upstreams[route.upstream].is_per_client();
         let key = super::subscriptions::Key {
             upstream: route.upstream,
-            session: self.upstreams[route.upstream].is_per_client().then(|| session.id.clone()),
+            session: own_upstream_session.then(|| subscriber.id.clone()),
             uri: route.name.to_string(),
         };
         let _one_at_a_time = self.subscribing[route.upstream].lock().await;
-        let ask_upstream = if subscribe {
-            self.subscriptions.add(key.clone(), &session)
+        let ask_upstream = if on {
+            self.subscriptions.add(key.clone(), subscriber)
         } else {
-            self.subscriptions.remove(&key, &session.id)
+            self.subscriptions.remove(&key, &subscriber.id)
         };
         if ask_upstream {
-            if let Err(e) = self.pipeline.subscribe(&route, subscribe, ctx.via()).await {
-                if subscribe {
-                    self.subscriptions.remove(&key, &session.id);
+            if let Err(e) = self.pipeline.subscribe(&route, on, via).await {
+                if on {
+                    self.subscriptions.remove(&key, &subscriber.id);
                 }
-                return Err(resource_not_found(&uri)(e));
+                return Err(resource_not_found(uri)(e));
             }
         }
-        Ok(self.finish(ctx, json!({})))
+        Ok(())
     }
 
     pub(super) async fn prompts_get(

@@ -446,7 +446,9 @@ impl Front {
     fn capabilities(&self) -> Value {
         json!({
             "tools": { "listChanged": true },
-            "resources": { "listChanged": true },
+            // Legacy sessions subscribe with resources/subscribe, 2026-07-28 agents on their
+            // subscriptions/listen stream.
+            "resources": { "listChanged": true, "subscribe": true },
             "prompts": { "listChanged": true },
             "completions": {},
             "logging": {},
@@ -454,12 +456,9 @@ impl Front {
     }
 
     pub fn initialize_result(&self, version: ProtocolVersion) -> Value {
-        let mut capabilities = self.capabilities();
-        // Sessions subscribe with resources/subscribe; 2026-07-28 has no such method.
-        capabilities["resources"]["subscribe"] = json!(true);
         json!({
             "protocolVersion": version.as_str(),
-            "capabilities": capabilities,
+            "capabilities": self.capabilities(),
             "serverInfo": self.server_info,
             "instructions": self.settings.instructions,
         })

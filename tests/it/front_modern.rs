@@ -139,18 +139,8 @@ fn base64_encode(s: &str) -> String {
 async fn listen_acknowledges_then_tags_list_changed_with_the_subscription_id() {
     let up = FakeUpstream::new().echo_tool("echo").start().await;
     let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
-    let mut params = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": ["x"]}});
-    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
-    let mut stream = crate::support::http_client()
-        .post(&gw.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(json!({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen", "params": params}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let notifications = json!({"toolsListChanged": true, "resourceSubscriptions": ["x"]});
+    let mut stream = open_listen(&gw.url, "sub-1", notifications).await;
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
     let mut seen = String::new();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);

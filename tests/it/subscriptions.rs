@@ -108,6 +108,36 @@ async fn an_ended_session_releases_its_subscriptions_and_unknown_uris_are_refuse
 }
 
 #[tokio::test]
+async fn a_2026_agent_subscribes_on_its_listen_stream_and_closing_it_releases_the_subscription() {
+    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
+    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let listed = modern(&gw.url, "resources/list", json!({}), &[]).await.json();
+    let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
+    let notifications = json!({"resourceSubscriptions": [uri, "nowhere+file:///x"]});
+    let mut stream = open_listen(&gw.url, "sub-9", notifications).await;
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let ack = String::from_utf8(stream.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    let ack: Value = serde_json::from_str(ack.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourceSubscriptions": [uri]}),
+        "only the resource that exists is accepted, nothing unasked for"
+    );
+    assert_eq!(up.hit_count("resources/subscribe"), 1);
+
+    wait_until("the gateway watches the upstream's stream", || up.get_streams_opened() > 0).await;
+    up.announce_resource_updated("file:///notes.txt");
+    let update = next_update(&mut stream).await;
+    assert_eq!(update["params"]["uri"], uri.as_str(), "{update}");
+    assert_eq!(update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-9", "{update}");
+
+    drop(stream);
+    wait_until("closing the stream releases the upstream subscription", || up.hit_count("resources/unsubscribe") == 1)
+        .await;
+}
+
+#[tokio::test]
 async fn modern_requests_have_no_resources_subscribe() {
     let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
     let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;

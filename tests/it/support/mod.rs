@@ -284,6 +284,25 @@ pub async fn modern(url: &str, method: &str, mut params: Value, tweak: &[(&str, 
     read(req.body(body.to_string()).send().await.unwrap()).await
 }
 
+/// Opens a 2026-07-28 `subscriptions/listen` stream with request id `id` asking for
+/// `notifications`; returns the streaming response.
+pub async fn open_listen(url: &str, id: &str, notifications: Value) -> reqwest::Response {
+    let params = json!({
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}},
+        "notifications": notifications,
+    });
+    crate::support::http_client()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params}).to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 /// A minimal `[[upstreams]]` block.
 pub fn upstream_block(namespace: &str, url: &str) -> String {
     format!("\n[[upstreams]]\nnamespace = \"{namespace}\"\nurl = \"{url}\"\n")
