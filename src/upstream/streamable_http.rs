@@ -599,8 +599,9 @@ mod tests {
 }
 
 /// Keeps a notification stream open to the upstream — the GET stream of a legacy session, or
-/// `subscriptions/listen` for 2026-07-28 — and wakes the supervisor on list changes, so the
-/// catalog follows the server at once instead of at the next scheduled probe. Best effort:
+/// `subscriptions/listen` for 2026-07-28, with the subscribed `resources` — and hands what it
+/// carries to `signals`: list changes wake the supervisor, so the catalog follows the server at
+/// once instead of at the next scheduled probe; resource updates go to the subscribers. Best effort:
 /// a server without such a stream (405) is simply probed on schedule.
 async fn watch(poster: Poster, era: Era, signals: Arc<Signals>, resources: Vec<String>, stop: CancellationToken) {
     const MAX_REOPENS: u32 = 8;
