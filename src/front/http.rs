@@ -468,8 +468,13 @@ impl Front {
         // object of this stream's own (never listed, so nobody else can use it).
         let listener = Arc::new(Session::new(ProtocolVersion::V2025_11_25, principal, json!({})));
         let (_, updates) = listener.open_stream();
-        let mut resources = Vec::new();
+        // From here on, a client that goes away (even before the acknowledgement) ends them.
+        let release = ReleaseOnDrop { front: self.clone(), listener: listener.clone() };
+        let mut resources: Vec<String> = Vec::new();
         for uri in &wanted.resource_subscriptions {
+            if resources.contains(uri) {
+                continue;
+            }
             match self.change_subscription(&listener, uri, true, Via::default()).await {
                 Ok(()) => resources.push(uri.clone()),
                 Err(e) => tracing::debug!(class = e.class(), "listen: resource subscription not accepted"),
@@ -483,7 +488,6 @@ impl Front {
             &json!({ "_meta": tag, "notifications": accepted }),
         );
         let ack = stream::once(async move { sse::message_event(None, &ack) });
-        let release = ReleaseOnDrop { front: self.clone(), listener };
         let updates = tokio_stream_from(updates).filter_map({
             let tag = tag.clone();
             move |message| {

@@ -206,19 +206,21 @@ impl Front {
             uri: route.name.to_string(),
         };
         let _one_at_a_time = self.subscribing[route.upstream].lock().await;
-        let ask_upstream = if on {
-            self.subscriptions.add(key.clone(), subscriber)
-        } else {
-            self.subscriptions.remove(&key, &subscriber.id)
-        };
-        if ask_upstream {
-            if let Err(e) = self.pipeline.subscribe(&route, on, via).await {
-                if on {
-                    self.subscriptions.remove(&key, &subscriber.id);
-                }
-                return Err(resource_not_found(uri)(e));
+        if !on {
+            if self.subscriptions.remove(&key, &subscriber.id) {
+                self.pipeline.subscribe(&route, false, via).await.map_err(resource_not_found(uri))?;
             }
+            return Ok(());
         }
+        if !self.subscriptions.add(key.clone(), subscriber) {
+            return Ok(());
+        }
+        // Recorded before the upstream answers; undone if it refuses, or if this request is
+        // dropped meanwhile (the agent went away), so later subscribers ask again.
+        let mut undo =
+            UndoSubscription { subscriptions: &self.subscriptions, key, subscriber: &subscriber.id, armed: true };
+        self.pipeline.subscribe(&route, true, via).await.map_err(resource_not_found(uri))?;
+        undo.armed = false;
         Ok(())
     }
 
@@ -379,5 +381,21 @@ fn resource_not_found(uri: &str) -> impl FnOnce(GatewayError) -> GatewayError + 
             GatewayError::ResourceNotFound { uri: uri.to_string() }
         }
         other => other,
+    }
+}
+
+/// Removes a subscription from the registry when dropped: see [`Front::change_subscription`].
+struct UndoSubscription<'a> {
+    subscriptions: &'a super::subscriptions::Subscriptions,
+    key: super::subscriptions::Key,
+    subscriber: &'a str,
+    armed: bool,
+}
+
+impl Drop for UndoSubscription<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.subscriptions.remove(&self.key, self.subscriber);
+        }
     }
 }

@@ -1,7 +1,9 @@
-//! Resource subscriptions of legacy agent sessions (`resources/subscribe`): which sessions want
+//! Resource subscriptions: which agents — legacy sessions (`resources/subscribe`) and
+//! 2026-07-28 listen streams (`resourceSubscriptions`), each a [`Session`] here — want
 //! `notifications/resources/updated` for which upstream resource. One upstream subscription
-//! serves every agent that asked for it, and is dropped when the last of them leaves — by
-//! `resources/unsubscribe` or because its session ended.
+//! serves every agent that asked for it, and is dropped when the last of them leaves: by
+//! unsubscribing, or because its session or stream ended. A subscriber that went away without
+//! a word (its session object dropped) no longer counts.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -33,6 +35,7 @@ impl Subscriptions {
     pub fn add(&self, key: Key, session: &Arc<Session>) -> bool {
         let mut map = self.by_resource.lock().expect("subscriptions lock poisoned");
         let subscribers = map.entry(key).or_default();
+        subscribers.retain(|(_, s)| s.strong_count() > 0);
         if subscribers.iter().any(|(id, _)| *id == session.id) {
             return false;
         }
@@ -48,7 +51,7 @@ impl Subscriptions {
             return false;
         };
         let before = subscribers.len();
-        subscribers.retain(|(id, _)| &**id != session);
+        subscribers.retain(|(id, s)| &**id != session && s.strong_count() > 0);
         let last = before > subscribers.len() && subscribers.is_empty();
         if subscribers.is_empty() {
             map.remove(key);
@@ -68,7 +71,7 @@ impl Subscriptions {
         let mut orphaned = Vec::new();
         map.retain(|key, subscribers| {
             let before = subscribers.len();
-            subscribers.retain(|(id, _)| &**id != session);
+            subscribers.retain(|(id, s)| &**id != session && s.strong_count() > 0);
             if subscribers.is_empty() {
                 if before > 0 {
                     orphaned.push(key.clone());
@@ -120,6 +123,20 @@ mod tests {
         assert_eq!(subs.forget(&a.id), vec![key("file:///mine")]);
         assert_eq!(subs.subscribers(&key("file:///shared")).len(), 1);
         assert!(subs.forget(&a.id).is_empty());
+    }
+
+    #[test]
+    fn a_subscriber_that_went_away_silently_does_not_hold_the_upstream() {
+        let subs = Subscriptions::default();
+        let (a, b) = (session(), session());
+        subs.add(key("file:///x"), &a);
+        subs.add(key("file:///x"), &b);
+        drop(b);
+        assert!(subs.remove(&key("file:///x"), &a.id), "the only live subscriber left");
+        let c = session();
+        subs.add(key("file:///y"), &c);
+        drop(c);
+        assert!(subs.add(key("file:///y"), &session()), "a dead entry does not make a new subscriber second");
     }
 
     #[test]

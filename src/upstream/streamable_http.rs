@@ -172,20 +172,29 @@ impl StreamableHttp {
             Some(link) => link,
             None => self.relink(None).await?,
         };
-        if link.era != Era::Modern {
-            let mut params = Map::new();
-            params.insert("uri".into(), Value::String(uri.to_string()));
-            let method = if on { "resources/subscribe" } else { "resources/unsubscribe" };
-            self.request(method, params, relay).await?;
-        }
+        // Recorded first, so a new upstream session made meanwhile renews it too.
         let changed = {
             let mut subscribed = self.subscribed.lock().expect("subscribed lock poisoned");
             if on { subscribed.insert(uri.to_string()) } else { subscribed.remove(uri) }
         };
-        if changed && link.era == Era::Modern {
-            self.start_watch(&link);
+        if link.era == Era::Modern {
+            if changed {
+                // Under the relink lock, on the current link: never replacing a newer stream.
+                let _one_at_a_time = self.relink.lock().await;
+                if let Some(current) = self.current() {
+                    self.start_watch(&current);
+                }
+            }
+            return Ok(());
         }
-        Ok(())
+        let mut params = Map::new();
+        params.insert("uri".into(), Value::String(uri.to_string()));
+        let method = if on { "resources/subscribe" } else { "resources/unsubscribe" };
+        let asked = self.request(method, params, relay).await;
+        if asked.is_err() && on && changed {
+            self.subscribed.lock().expect("subscribed lock poisoned").remove(uri);
+        }
+        asked.map(|_| ())
     }
 
     /// Ends the upstream session (DELETE, best effort) and forgets the link.
@@ -604,8 +613,13 @@ mod tests {
 /// once instead of at the next scheduled probe; resource updates go to the subscribers. Best effort:
 /// a server without such a stream (405) is simply probed on schedule.
 async fn watch(poster: Poster, era: Era, signals: Arc<Signals>, resources: Vec<String>, stop: CancellationToken) {
+    // Failures in a row before giving up (the listing is still probed on schedule); a stream
+    // that stayed up a while starts the count again, so a long-lived upstream keeps its stream.
     const MAX_REOPENS: u32 = 8;
-    for attempt in 0..MAX_REOPENS {
+    const HEALTHY: Duration = Duration::from_secs(30);
+    let mut attempt = 0;
+    while attempt < MAX_REOPENS {
+        attempt += 1;
         let opened = tokio::select! {
             opened = open_watch(&poster, era, &resources) => opened,
             () = stop.cancelled() => return,
@@ -616,11 +630,12 @@ async fn watch(poster: Poster, era: Era, signals: Arc<Signals>, resources: Vec<S
             Err(e) => {
                 tracing::debug!(error = %e, "upstream notification stream unavailable");
                 tokio::select! {
-                    () = tokio::time::sleep(super::backoff(attempt + 2)) => continue,
+                    () = tokio::time::sleep(super::backoff(attempt + 1)) => continue,
                     () = stop.cancelled() => return,
                 }
             }
         };
+        let opened_at = tokio::time::Instant::now();
         let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
         loop {
             let event = tokio::select! {
@@ -644,8 +659,11 @@ async fn watch(poster: Poster, era: Era, signals: Arc<Signals>, resources: Vec<S
                 _ => {}
             }
         }
+        if opened_at.elapsed() >= HEALTHY {
+            attempt = 0;
+        }
         tokio::select! {
-            () = tokio::time::sleep(super::backoff(attempt + 2)) => {}
+            () = tokio::time::sleep(super::backoff(attempt + 1)) => {}
             () = stop.cancelled() => return,
         }
     }
