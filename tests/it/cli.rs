@@ -205,3 +205,54 @@ fn bench_retrieval_scores_any_dataset_in_the_bench_layout_and_names_bad_input() 
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("queries.jsonl:1"), "the file and line of the bad record: {err}");
 }
+
+#[tokio::test]
+async fn stdio_sessions_get_resource_updates_on_stdout() {
+    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
+    let (_dir, path) = write_config(&config_for(&[("fake", &up.url())]));
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("--stdio")
+        .arg("--config")
+        .arg(&path)
+        .env("XDG_DATA_HOME", _dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line()).await.unwrap();
+        serde_json::from_str(&line.unwrap().unwrap()).unwrap()
+    };
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": "fake+file:///notes.txt"}}),
+    ] {
+        stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
+    }
+    loop {
+        let message = next().await;
+        if message["id"] == 2 {
+            assert_eq!(message["result"], json!({}), "{message}");
+            break;
+        }
+    }
+    for _ in 0..400 {
+        if up.get_streams_opened() > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    up.announce_resource_updated("file:///notes.txt");
+    loop {
+        let message = next().await;
+        if message["method"] == "notifications/resources/updated" {
+            assert_eq!(message["params"]["uri"], "fake+file:///notes.txt", "{message}");
+            break;
+        }
+    }
+}
