@@ -77,23 +77,32 @@ fn config_path_falls_back_to_gatehouse_then_panda_env() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
 }
 
-#[tokio::test]
-async fn stdio_mode_serves_mcp_on_stdin_and_stdout() {
-    let up = FakeUpstream::new().echo_tool("echo").start().await;
-    let (_dir, path) = write_config(&config_for(&[("fake", &up.url())]));
+/// `gatehouse --stdio` on `config`: the child (killed when dropped), its stdin, its stdout lines.
+fn spawn_stdio(
+    config: &std::path::Path,
+    data: &std::path::Path,
+) -> (tokio::process::Child, tokio::process::ChildStdin, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
     let mut child = tokio::process::Command::new(BIN)
         .arg("--stdio")
         .arg("--config")
-        .arg(&path)
-        .env("XDG_DATA_HOME", _dir.path())
+        .arg(config)
+        .env("XDG_DATA_HOME", data)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stdin = child.stdin.take().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, stdin, lines)
+}
+
+#[tokio::test]
+async fn stdio_mode_serves_mcp_on_stdin_and_stdout() {
+    let up = FakeUpstream::new().echo_tool("echo").start().await;
+    let (_dir, path) = write_config(&config_for(&[("fake", &up.url())]));
+    let (_child, mut stdin, mut lines) = spawn_stdio(&path, _dir.path());
     let mut send = async |message: Value| {
         stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
     };
@@ -210,19 +219,7 @@ fn bench_retrieval_scores_any_dataset_in_the_bench_layout_and_names_bad_input() 
 async fn stdio_sessions_get_resource_updates_on_stdout() {
     let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
     let (_dir, path) = write_config(&config_for(&[("fake", &up.url())]));
-    let mut child = tokio::process::Command::new(BIN)
-        .arg("--stdio")
-        .arg("--config")
-        .arg(&path)
-        .env("XDG_DATA_HOME", _dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (_child, mut stdin, mut lines) = spawn_stdio(&path, _dir.path());
     let mut next = async || -> Value {
         let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line()).await.unwrap();
         serde_json::from_str(&line.unwrap().unwrap()).unwrap()
