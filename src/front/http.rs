@@ -430,7 +430,7 @@ impl Front {
     /// accepted), then carries the list-changed notifications and resource updates the client
     /// asked for, tagged with its subscription id. Closing the stream ends its subscriptions.
     async fn listen(self: &Arc<Self>, principal: Principal, req: Request) -> Response {
-        #[derive(Deserialize, Default, Clone)]
+        #[derive(Deserialize, Default)]
         #[serde(rename_all = "camelCase")]
         struct Wanted {
             #[serde(default)]

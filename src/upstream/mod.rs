@@ -653,9 +653,7 @@ impl Transport {
                 return streamable.subscribe(uri, on, relay).await;
             }
         }
-        let mut params = Map::new();
-        params.insert("uri".into(), Value::String(uri.to_string()));
-        let method = if on { "resources/subscribe" } else { "resources/unsubscribe" };
+        let (method, params) = subscription_request(uri, on);
         self.request(method, params, relay).await.map(|_| ())
     }
 
@@ -701,6 +699,13 @@ impl Transport {
 }
 
 pub(crate) const CLIENT_NAME: &str = "gatehouse";
+
+/// A legacy server's `resources/subscribe` (or `unsubscribe`) of `uri`: method and params.
+pub(crate) fn subscription_request(uri: &str, on: bool) -> (&'static str, Map<String, Value>) {
+    let mut params = Map::new();
+    params.insert("uri".into(), Value::String(uri.to_string()));
+    (if on { "resources/subscribe" } else { "resources/unsubscribe" }, params)
+}
 
 /// Adds this hop's 2026-07-28 envelope to a request's `_meta` (modern upstreams), or removes
 /// every 2026-07-28 key (legacy upstreams). The agent's declared capabilities and log level,

@@ -27,7 +27,10 @@ use super::mux::Poster;
 use super::relay::{self, Relay};
 use super::signals::Signals;
 use super::sse::SseSetup;
-use super::{Era, Message, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope};
+use super::{
+    Era, Message, UpstreamError, discovered_capabilities, initialize_params, initialized, stamp_envelope,
+    subscription_request,
+};
 use crate::protocol::{ProtocolVersion, header as mcp_header};
 
 /// Error bodies are only sniffed (for "session"), never relayed: a small cap is enough.
@@ -145,9 +148,8 @@ impl StreamableHttp {
             let resources: Vec<String> =
                 self.subscribed.lock().expect("subscribed lock poisoned").iter().cloned().collect();
             for uri in resources {
-                let mut params = Map::new();
-                params.insert("uri".into(), Value::String(uri));
-                if let Err(e) = self.send(&link, "resources/subscribe", params, None).await {
+                let (method, params) = subscription_request(&uri, true);
+                if let Err(e) = self.send(&link, method, params, None).await {
                     tracing::warn!(namespace = %self.namespace, error = %e, "resubscribing on a new upstream session failed");
                 }
             }
@@ -187,9 +189,7 @@ impl StreamableHttp {
             }
             return Ok(());
         }
-        let mut params = Map::new();
-        params.insert("uri".into(), Value::String(uri.to_string()));
-        let method = if on { "resources/subscribe" } else { "resources/unsubscribe" };
+        let (method, params) = subscription_request(uri, on);
         let asked = self.request(method, params, relay).await;
         if asked.is_err() && on && changed {
             self.subscribed.lock().expect("subscribed lock poisoned").remove(uri);

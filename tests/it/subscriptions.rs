@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::support::fake_upstream::FakeUpstreamBuilder;
 use crate::support::*;
 
 /// Reads a session's GET stream until a `notifications/resources/updated` arrives.
@@ -25,6 +26,19 @@ async fn next_update(stream: &mut reqwest::Response) -> Value {
     }
 }
 
+/// A gateway in front of one fake upstream (`fake`) serving `file:///notes.txt`.
+async fn gateway_with_notes(upstream: FakeUpstreamBuilder) -> (FakeUpstream, TestGateway) {
+    let up = upstream.echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
+    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    (up, gw)
+}
+
+/// The URI agents see for the notes resource (as listed, namespaced).
+async fn notes_uri(client: &Legacy) -> String {
+    let listed = client.request("resources/list", json!({})).await;
+    listed["result"]["resources"][0]["uri"].as_str().unwrap_or_else(|| panic!("{listed}")).to_string()
+}
+
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..400 {
         if done() {
@@ -37,15 +51,13 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[tokio::test]
 async fn subscribers_share_one_upstream_subscription_and_each_gets_the_update() {
-    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let (up, gw) = gateway_with_notes(FakeUpstream::new()).await;
     let mut a = Legacy::new(&gw.url);
     let init = a.initialize().await;
     assert_eq!(init["capabilities"]["resources"]["subscribe"], true, "{init}");
     let b = Legacy::connect(&gw.url).await;
-    let listed = a.request("resources/list", json!({})).await;
-    let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
-    assert_ne!(uri, "file:///notes.txt", "agents see the namespaced URI: {listed}");
+    let uri = notes_uri(&a).await;
+    assert_ne!(uri, "file:///notes.txt", "agents see the namespaced URI: {uri}");
 
     let (mut stream_a, mut stream_b) = (a.open_stream().await, b.open_stream().await);
     for client in [&a, &b] {
@@ -78,11 +90,9 @@ async fn subscribers_share_one_upstream_subscription_and_each_gets_the_update() 
 
 #[tokio::test]
 async fn an_ended_session_releases_its_subscriptions_and_unknown_uris_are_refused() {
-    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let (up, gw) = gateway_with_notes(FakeUpstream::new()).await;
     let client = Legacy::connect(&gw.url).await;
-    let listed = client.request("resources/list", json!({})).await;
-    let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
+    let uri = notes_uri(&client).await;
 
     let missing = client.request("resources/subscribe", json!({ "uri": "fake+file:///absent" })).await;
     assert_eq!(missing["error"]["code"], -32002, "{missing}");
@@ -109,8 +119,7 @@ async fn an_ended_session_releases_its_subscriptions_and_unknown_uris_are_refuse
 
 #[tokio::test]
 async fn a_2026_agent_subscribes_on_its_listen_stream_and_closing_it_releases_the_subscription() {
-    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let (up, gw) = gateway_with_notes(FakeUpstream::new()).await;
     let listed = modern(&gw.url, "resources/list", json!({}), &[]).await.json();
     let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
     let notifications = json!({"resourceSubscriptions": [uri, "nowhere+file:///x"]});
@@ -139,8 +148,7 @@ async fn a_2026_agent_subscribes_on_its_listen_stream_and_closing_it_releases_th
 
 #[tokio::test]
 async fn modern_requests_have_no_resources_subscribe() {
-    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let (up, gw) = gateway_with_notes(FakeUpstream::new()).await;
     let reply = modern(&gw.url, "resources/subscribe", json!({ "uri": "fake+file:///notes.txt" }), &[]).await;
     assert_eq!(reply.json()["error"]["code"], -32601, "2026-07-28 removed the method: {}", reply.body);
     assert_eq!(up.hit_count("resources/subscribe"), 0);
@@ -148,12 +156,9 @@ async fn modern_requests_have_no_resources_subscribe() {
 
 #[tokio::test]
 async fn a_2026_upstream_is_subscribed_through_its_notification_stream() {
-    let up =
-        FakeUpstream::new().era(Era::Modern).echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let (up, gw) = gateway_with_notes(FakeUpstream::new().era(Era::Modern)).await;
     let client = Legacy::connect(&gw.url).await;
-    let listed = client.request("resources/list", json!({})).await;
-    let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
+    let uri = notes_uri(&client).await;
     let mut stream = client.open_stream().await;
     let listens = |up: &FakeUpstream| up.hits("subscriptions/listen");
     wait_until("the gateway listens to the upstream", || !listens(&up).is_empty()).await;
@@ -179,11 +184,9 @@ async fn a_2026_upstream_is_subscribed_through_its_notification_stream() {
 
 #[tokio::test]
 async fn a_new_upstream_session_is_subscribed_again() {
-    let up = FakeUpstream::new().echo_tool("echo").resource("file:///notes.txt", "hello").start().await;
-    let gw = TestGateway::start(&config_for(&[("fake", &up.url())])).await;
+    let (up, gw) = gateway_with_notes(FakeUpstream::new()).await;
     let client = Legacy::connect(&gw.url).await;
-    let listed = client.request("resources/list", json!({})).await;
-    let uri = listed["result"]["resources"][0]["uri"].as_str().unwrap().to_string();
+    let uri = notes_uri(&client).await;
     client.request("resources/subscribe", json!({ "uri": uri })).await;
     assert_eq!(up.hit_count("resources/subscribe"), 1);
 
